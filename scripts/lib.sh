@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Shared helpers for the project's scripts: install what is missing, start
+# and stop local servers. Sourced, not run.
+
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PATH="$HOME/.cargo/bin:$PATH"
+SECANTUS_VERSION="0.5.3-beta.196"
+RUN_DIR="${CACHEWRIGHT_RUN_DIR:-$ROOT/target/local-servers}"
+
+say() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+apt_install() {
+  command -v apt-get >/dev/null || die "apt-get not found; install $* by hand"
+  say "installing $* from Debian packages"
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq >/dev/null || true
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null \
+    || die "apt-get install $* failed"
+}
+
+ensure_redis() {
+  command -v redis-server >/dev/null || apt_install redis-server
+  command -v redis-cli >/dev/null || apt_install redis-tools
+}
+
+# SecantusDB is a separate GPL program: installed as a binary and run as a
+# process, never linked into cachewright.
+ensure_secantus() {
+  if command -v secantusd-rs >/dev/null; then return; fi
+  command -v cmake >/dev/null || apt_install cmake
+  say "installing secantusd-rs $SECANTUS_VERSION with cargo (about 7 minutes, once per machine)"
+  cargo install secantus-mdb --version "$SECANTUS_VERSION" --ignore-rust-version --locked \
+    || die "cargo install secantus-mdb failed; see the output above"
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() {
+  local port=$1 what=$2 i
+  for i in $(seq 1 100); do
+    if port_open "$port"; then return 0; fi
+    sleep 0.1
+  done
+  die "$what did not start listening on 127.0.0.1:$port; see $RUN_DIR/*.log"
+}
+
+# Starts Redis on $1 unless something already listens there.
+start_redis() {
+  local port=$1
+  if port_open "$port"; then say "redis already listening on $port"; return; fi
+  mkdir -p "$RUN_DIR"
+  say "starting redis-server on 127.0.0.1:$port"
+  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+    --daemonize yes --pidfile "$RUN_DIR/redis-$port.pid" --logfile "$RUN_DIR/redis-$port.log" \
+    || die "redis-server failed to start; see $RUN_DIR/redis-$port.log"
+  wait_port "$port" redis-server
+}
+
+# Starts SecantusDB on $1 unless something already listens there.
+start_mongo() {
+  local port=$1
+  if port_open "$port"; then say "a MongoDB-wire server already listens on $port"; return; fi
+  mkdir -p "$RUN_DIR"
+  say "starting secantusd-rs on 127.0.0.1:$port (data in $RUN_DIR/mongo-$port)"
+  nohup secantusd-rs --port "$port" --storage-path "$RUN_DIR/mongo-$port" \
+    --cache-size 1G --log-file-max 16MB --log-level WARNING \
+    >"$RUN_DIR/mongo-$port.log" 2>&1 &
+  echo $! >"$RUN_DIR/mongo-$port.pid"
+  wait_port "$port" secantusd-rs
+}
+
+stop_servers() {
+  local f
+  for f in "$RUN_DIR"/*.pid; do
+    [ -e "$f" ] || continue
+    kill "$(cat "$f")" 2>/dev/null || true
+    rm -f "$f"
+  done
+}

@@ -1,0 +1,117 @@
+//! Measurements for `scripts/bench.sh`: (a) reading the four collections
+//! with the driver and no processing, (b) writing the rebuild's final keys
+//! with pipelining and no reading or planning, and the planning CPU between
+//! them. The full rebuild itself is timed by the script.
+
+use crate::config::Config;
+use crate::model::decode::{Intake, doc_id};
+use crate::model::report::RefReport;
+use crate::model::video::decode_video;
+use crate::plan::{self, FamilySet, Op};
+use crate::rebuild::{Batcher, plan_ctx};
+use crate::sink::{Sink, run_writer};
+use crate::source::Source;
+use mongodb::bson::RawDocumentBuf;
+use rayon::prelude::*;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+#[derive(Debug, Serialize)]
+pub struct BenchReport {
+    pub documents: u64,
+    pub read_seconds: f64,
+    pub plan_cpu_seconds: f64,
+    pub plan_wall_seconds: f64,
+    pub ops: u64,
+    pub write_seconds: f64,
+    pub keys_per_family: BTreeMap<String, u64>,
+}
+
+pub async fn run(cfg: &Config) -> anyhow::Result<BenchReport> {
+    let source = Source::connect(cfg).await?;
+    let sink = Sink::connect(cfg).await?;
+    let names = &cfg.collections;
+
+    // (a) Read only: the same driver, cursors and batch size, in parallel.
+    let started = Instant::now();
+    let (channels, categories, tags, videos) = tokio::try_join!(
+        source.read_all(&names.channel, cfg.read_batch_size),
+        source.read_all(&names.category, cfg.read_batch_size),
+        source.read_all(&names.tag, cfg.read_batch_size),
+        source.read_all(&names.video, cfg.read_batch_size),
+    )?;
+    let read_seconds = started.elapsed().as_secs_f64();
+    let documents = (channels.len() + categories.len() + tags.len() + videos.len()) as u64;
+
+    // Planning alone, for its CPU cost.
+    let cpu_before = crate::usage::cpu_time();
+    let plan_started = Instant::now();
+    let ctx = plan_ctx(cfg, FamilySet::all());
+    let ops = tokio::task::spawn_blocking(move || plan_all(&ctx, &channels, &categories, &tags, &videos)).await?;
+    let plan_wall_seconds = plan_started.elapsed().as_secs_f64();
+    let plan_cpu_seconds = (crate::usage::cpu_time() - cpu_before).as_secs_f64();
+
+    // (b) Write only: replay the final ops through the same sink.
+    let mut keys_per_family = BTreeMap::new();
+    for op in &ops {
+        *keys_per_family.entry(op.key.family.name().to_string()).or_default() += 1;
+    }
+    let started = Instant::now();
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let writer = tokio::spawn(run_writer(Some(sink), rx, cfg.write_concurrency, |_| {}));
+    let mut batcher = Batcher::new(tx, cfg.write_batch_ops);
+    let n_ops = ops.len() as u64;
+    batcher.send(ops).await;
+    batcher.flush().await;
+    drop(batcher);
+    writer.await??;
+    let write_seconds = started.elapsed().as_secs_f64();
+    Ok(BenchReport {
+        documents,
+        read_seconds,
+        plan_cpu_seconds,
+        plan_wall_seconds,
+        ops: n_ops,
+        write_seconds,
+        keys_per_family,
+    })
+}
+
+/// Decodes and plans everything from raw documents held in memory.
+fn plan_all(
+    ctx: &plan::PlanCtx,
+    channels: &[RawDocumentBuf],
+    categories: &[RawDocumentBuf],
+    tags: &[RawDocumentBuf],
+    videos: &[RawDocumentBuf],
+) -> Vec<Op> {
+    use crate::model::catalog::Catalog;
+    use crate::model::decode::{decode_category, decode_channel, decode_tag};
+    let (mut a, mut b, mut c) = (Intake::default(), Intake::default(), Intake::default());
+    let catalog = Catalog::new(
+        channels.iter().filter_map(|d| a.accept(d, decode_channel)).collect(),
+        categories.iter().filter_map(|d| b.accept(d, decode_category)).collect(),
+        tags.iter().filter_map(|d| c.accept(d, decode_tag)).collect(),
+    );
+    let (mut ops, _) = plan::plan_catalog(&catalog, ctx);
+    let decoded: Vec<_> = videos
+        .par_iter()
+        .map(|raw| {
+            let id = doc_id(raw);
+            let mut refs = RefReport::default();
+            let video = id.clone().and_then(|id| decode_video(raw, id, &mut refs, true));
+            (id, video, refs)
+        })
+        .collect();
+    let mut intake = Intake::default();
+    let mut index = plan::video::VideoIndex::default();
+    for (id, video, refs) in decoded {
+        if let Some(mut video) = intake.admit(id, video, refs) {
+            index.push(&video);
+            plan::video::plan_detail(&mut video, ctx, &mut ops);
+        }
+    }
+    ops.extend(plan::video::plan_indexes(&index, &catalog, ctx).0);
+    ops
+}

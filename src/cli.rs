@@ -1,0 +1,204 @@
+//! Command-line definitions. Global flags override the environment, which
+//! overrides `cachewright.toml`, which overrides the defaults.
+
+use crate::config::RawConfig;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cachewright",
+    version,
+    about = "Keeps a Redis cache true to a MongoDB video catalogue",
+    long_about = "Keeps a Redis cache true to a MongoDB video catalogue.\n\n\
+        cachewright reads the Channel, Category, Tag and VideoMedia collections, builds the \
+        denormalised payloads and indexes of the cache contract, and writes them to Redis \
+        through atomic pipelines with tiered TTLs.\n\n\
+        Exit codes: 0 success; 1 the run failed; 2 bad configuration or usage; \
+        3 completed but documents were rejected (only with --strict)."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Config file (TOML). Default: $CACHEWRIGHT_CONFIG, else ./cachewright.toml if present
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// MongoDB connection string [env: MONGODB_URI] [default: mongodb://127.0.0.1:27017]
+    #[arg(long, global = true, value_name = "URI")]
+    pub mongodb_uri: Option<String>,
+    /// MongoDB database [env: MONGODB_DB] [default: app]
+    #[arg(long, global = true, value_name = "NAME")]
+    pub mongodb_db: Option<String>,
+    /// Redis URL, rediss:// for TLS [env: REDIS_URL] [default: redis://127.0.0.1:6379]
+    #[arg(long, global = true, value_name = "URL")]
+    pub redis_url: Option<String>,
+    /// Data key prefix [env: CACHEWRIGHT_PREFIX] [default: app:]
+    #[arg(long, global = true, value_name = "PREFIX")]
+    pub prefix: Option<String>,
+    /// Job status key prefix [env: CACHEWRIGHT_STATUS_PREFIX] [default: cachewright:]
+    #[arg(long, global = true, value_name = "PREFIX")]
+    pub status_prefix: Option<String>,
+    /// TTL jitter fraction [env: CACHEWRIGHT_TTL_JITTER] [default: 0.1]
+    #[arg(long, global = true, value_name = "FRACTION")]
+    pub ttl_jitter: Option<f64>,
+    /// Log format on stderr
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log filter, e.g. debug or cachewright=debug [env: RUST_LOG] [default: info]
+    #[arg(long, global = true, value_name = "FILTER")]
+    pub log: Option<String>,
+}
+
+impl GlobalArgs {
+    /// The flags as the highest configuration layer.
+    pub fn raw_config(&self) -> RawConfig {
+        RawConfig {
+            mongodb_uri: self.mongodb_uri.clone(),
+            mongodb_db: self.mongodb_db.clone(),
+            redis_url: self.redis_url.clone(),
+            prefix: self.prefix.clone(),
+            status_prefix: self.status_prefix.clone(),
+            ttl_jitter: self.ttl_jitter,
+            ..RawConfig::default()
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Rebuild every key (or the selected families) from MongoDB, then delete stale keys
+    Rebuild(RebuildArgs),
+    /// Print the key registry: every family with its pattern, type, TTL tier and meaning
+    Keys(KeysArgs),
+    /// Test and benchmark data sets
+    #[command(subcommand)]
+    Fixtures(FixturesCommand),
+    /// Measure reading alone, planning alone and writing alone (see scripts/bench.sh)
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RebuildArgs {
+    /// Only these families (comma-separated names from `cachewright keys`, or a
+    /// collection group: channel, category, tag, video)
+    #[arg(long, value_delimiter = ',', value_name = "FAMILY,...")]
+    pub only: Vec<String>,
+    /// Read and plan, write nothing, and print the same summary
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Exit with code 3 when any document was rejected
+    #[arg(long)]
+    pub strict: bool,
+    /// Also write the summary as JSON to this file
+    #[arg(long, value_name = "PATH")]
+    pub summary_json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct KeysArgs {
+    #[arg(long, value_enum, default_value_t = KeysFormat::Table)]
+    pub format: KeysFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KeysFormat {
+    Table,
+    Markdown,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FixturesCommand {
+    /// Fill MongoDB with a deterministic production-shaped data set (replaces the four collections)
+    Generate(GenerateArgs),
+    /// Load Extended JSON fixture files (fixtures/<set>/<Collection>.json) into MongoDB
+    Load(LoadArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// Number of VideoMedia documents
+    #[arg(long, default_value_t = 58_000)]
+    pub videos: usize,
+    /// Random seed; the same seed gives the same data set
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[arg(long, default_value_t = 50)]
+    pub channels: usize,
+    #[arg(long, default_value_t = 2000)]
+    pub categories: usize,
+    #[arg(long, default_value_t = 10_000)]
+    pub tags: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// Directory holding Channel.json, Category.json, Tag.json, VideoMedia.json
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Where to write the JSON result (stdout when absent)
+    #[arg(long, value_name = "PATH")]
+    pub out: Option<PathBuf>,
+}
+
+/// Resolves `--only` names to families.
+pub fn parse_only(names: &[String]) -> Result<crate::plan::FamilySet, String> {
+    use crate::registry::{FamilyId, Registry};
+    if names.is_empty() {
+        return Ok(crate::plan::FamilySet::all());
+    }
+    let mut picked = Vec::new();
+    for name in names {
+        let name = name.trim();
+        let group: Vec<FamilyId> =
+            Registry::get().families().iter().filter(|f| f.collection == name).map(|f| f.id).collect();
+        if !group.is_empty() {
+            picked.extend(group);
+        } else if let Some(id) = FamilyId::from_name(name) {
+            picked.push(id);
+        } else {
+            let known: Vec<&str> = FamilyId::ALL.iter().map(|f| f.name()).collect();
+            return Err(format!(
+                "unknown family `{name}` in --only; use channel, category, tag, video or one of: {}",
+                known.join(", ")
+            ));
+        }
+    }
+    Ok(crate::plan::FamilySet::of(picked))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::FamilyId;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn only_takes_families_and_groups() {
+        let set = parse_only(&["tag".into(), "video:detail".into()]).unwrap();
+        assert!(set.contains(FamilyId::TagSearch));
+        assert!(set.contains(FamilyId::VideoDetail));
+        assert!(!set.contains(FamilyId::VideoCategories));
+        assert!(parse_only(&["nope".into()]).unwrap_err().contains("unknown family `nope`"));
+    }
+}

@@ -1,0 +1,34 @@
+//! cachewright keeps a Redis cache true to a MongoDB video catalogue.
+//!
+//! # Layout
+//!
+//! - [`registry`]: the key families declared in `builders/*.toml`, with
+//!   their patterns, Redis types and TTL tiers;
+//! - [`keys`]: typed key constructors and segment rules (the only place
+//!   keys are put together);
+//! - [`config`]: raw settings from file, environment and flags, validated;
+//! - [`model`]: decoding BSON into entities under the contract's rejection
+//!   rules, and BSON → JavaScript-compatible JSON;
+//! - [`plan`]: the pure planner, entities → Redis writes as data;
+//! - [`source`]: the MongoDB edge; [`sink`]: the Redis edge (pipelines,
+//!   retries, sweep);
+//! - [`rebuild`]: the full-rebuild pipeline and its summary;
+//! - [`generate`]: the deterministic production-shaped data set;
+//! - [`bench`]: the read-only / write-only measurements;
+//! - [`cli`], [`progress`], [`table`], [`usage`]: operator-facing glue.
+
+pub mod bench;
+pub mod cli;
+pub mod config;
+pub mod fixtures;
+pub mod generate;
+pub mod keys;
+pub mod model;
+pub mod plan;
+pub mod progress;
+pub mod rebuild;
+pub mod registry;
+pub mod sink;
+pub mod source;
+pub mod table;
+pub mod usage;

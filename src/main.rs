@@ -1,0 +1,203 @@
+//! The `cachewright` binary: CLI glue around the library. Errors are
+//! printed with their causes (`{:#}`) and mapped to exit codes.
+
+use anyhow::Context;
+use cachewright::cli::{
+    BenchArgs, Cli, Command, FixturesCommand, GlobalArgs, KeysArgs, KeysFormat, LogFormat, RebuildArgs,
+};
+use cachewright::config::{Config, ConfigError};
+use cachewright::progress::Progress;
+use cachewright::rebuild::{self, RebuildOptions};
+use cachewright::registry::Registry;
+use cachewright::{fixtures, generate, table};
+use clap::Parser;
+use std::process::ExitCode;
+
+const EXIT_FAILED: u8 = 1;
+const EXIT_USAGE: u8 = 2;
+const EXIT_REJECTED: u8 = 3;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.global);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(err) => {
+            if let Some(cfg) = err.downcast_ref::<ConfigError>() {
+                eprintln!("error: {cfg}");
+                return ExitCode::from(EXIT_USAGE);
+            }
+            eprintln!("error: {err:#}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}
+
+fn init_logging(global: &GlobalArgs) {
+    use tracing_subscriber::EnvFilter;
+    let filter = global
+        .log
+        .clone()
+        .map(EnvFilter::new)
+        .unwrap_or_else(|| EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match global.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.with_target(false).init(),
+    }
+}
+
+fn load_config(global: &GlobalArgs) -> Result<Config, ConfigError> {
+    Config::load(global.raw_config(), global.config.as_deref(), |k| std::env::var(k).ok())
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Keys(args) => keys(&args),
+        Command::Rebuild(args) => rebuild_cmd(&cli.global, &args).await,
+        Command::Fixtures(FixturesCommand::Generate(args)) => {
+            let cfg = load_config(&cli.global)?;
+            let source = cachewright::source::Source::connect(&cfg).await?;
+            let progress = Progress::auto();
+            let stage = progress.stage("generating videos", args.videos as u64);
+            let shape = generate::Shape {
+                channels: args.channels,
+                categories: args.categories,
+                tags: args.tags,
+                videos: args.videos,
+            };
+            let counts = generate::generate(source.database(), &cfg.collections, shape, args.seed, |n| stage.inc(n))
+                .await
+                .context("writing the generated data set to MongoDB failed")?;
+            stage.finish();
+            tracing::info!(
+                channels = counts[0],
+                categories = counts[1],
+                tags = counts[2],
+                videos = counts[3],
+                seed = args.seed,
+                "data set generated"
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Fixtures(FixturesCommand::Load(args)) => {
+            let cfg = load_config(&cli.global)?;
+            let c = &cfg.collections;
+            let sets = fixtures::read_dir(&args.dir, &[&c.channel, &c.category, &c.tag, &c.video])?;
+            let source = cachewright::source::Source::connect(&cfg).await?;
+            fixtures::load(source.database(), &sets).await.context("loading fixtures into MongoDB failed")?;
+            for (name, docs) in &sets {
+                tracing::info!(collection = %name, documents = docs.len(), "fixtures loaded");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(args) => bench(&cli.global, &args).await,
+    }
+}
+
+fn keys(args: &KeysArgs) -> anyhow::Result<ExitCode> {
+    let reg = Registry::get();
+    let rows: Vec<Vec<String>> = reg
+        .families()
+        .iter()
+        .map(|f| {
+            vec![
+                f.name().to_string(),
+                format!("{{prefix}}{}", f.pattern),
+                f.redis_type.as_str().to_string(),
+                format!("{} ({}s)", f.tier.as_str(), f.tier.default_seconds()),
+                f.meaning.clone(),
+            ]
+        })
+        .collect();
+    let header = ["family", "pattern", "type", "ttl tier", "meaning"];
+    match args.format {
+        KeysFormat::Table => print!("{}", table::render(&header, &rows, &[])),
+        KeysFormat::Markdown => print!("{}", table::markdown(&header, &rows)),
+        KeysFormat::Json => {
+            let items: Vec<serde_json::Value> = reg
+                .families()
+                .iter()
+                .map(|f| {
+                    serde_json::json!({
+                        "family": f.name(),
+                        "collection": f.collection,
+                        "pattern": f.pattern.to_string(),
+                        "type": f.redis_type.as_str(),
+                        "tier": f.tier.as_str(),
+                        "ttl_seconds": f.tier.default_seconds(),
+                        "meaning": f.meaning,
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&items)?);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn rebuild_cmd(global: &GlobalArgs, args: &RebuildArgs) -> anyhow::Result<ExitCode> {
+    let cfg = load_config(global)?;
+    let families = match cachewright::cli::parse_only(&args.only) {
+        Ok(f) => f,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+    };
+    tracing::info!(prefix = %cfg.prefix, mongodb_db = %cfg.mongodb_db, dry_run = args.dry_run, "rebuild started");
+    let cpu_before = cachewright::usage::cpu_time();
+    let opts = RebuildOptions { families, dry_run: args.dry_run };
+    let summary = rebuild::rebuild(&cfg, &opts, &Progress::auto())
+        .await
+        .context("rebuild failed; every key is either as before or fully rewritten, and nothing was swept. Fix the cause and run it again")?;
+    print!("{}", summary.render());
+    let cpu = (cachewright::usage::cpu_time() - cpu_before).as_secs_f64();
+    let rss = cachewright::usage::peak_rss().unwrap_or(0);
+    println!("cpu: {cpu:.2}s, peak rss: {:.1} MiB", rss as f64 / 1_048_576.0);
+    if let Some(path) = &args.summary_json {
+        let json = serde_json::json!({
+            "written": summary.written.iter().map(|(f, n)| (f.name(), *n)).collect::<std::collections::BTreeMap<_, _>>(),
+            "deleted": summary.deleted.iter().map(|(f, n)| (f.name(), *n)).collect::<std::collections::BTreeMap<_, _>>(),
+            "rejected": summary.rejected_total(),
+            "dangling": summary.refs.dangling_total(),
+            "unusable": summary.refs.unusable_total(),
+            "duration_seconds": summary.duration.as_secs_f64(),
+            "cpu_seconds": cpu,
+            "peak_rss_bytes": rss,
+            "used_memory_before": summary.memory_before,
+            "used_memory_after": summary.memory_after,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let rejected = summary.rejected_total();
+    if rejected > 0 {
+        tracing::warn!(rejected, "documents were rejected; see the table above for reasons and sample ids");
+    }
+    tracing::info!(
+        keys_written = summary.written_total(),
+        keys_deleted = summary.deleted_total(),
+        rejected,
+        "rebuild completed"
+    );
+    Ok(if args.strict && rejected > 0 { ExitCode::from(EXIT_REJECTED) } else { ExitCode::SUCCESS })
+}
+
+async fn bench(global: &GlobalArgs, args: &BenchArgs) -> anyhow::Result<ExitCode> {
+    let cfg = load_config(global)?;
+    let report = cachewright::bench::run(&cfg).await?;
+    let json = serde_json::to_string_pretty(&report)?;
+    match &args.out {
+        Some(path) => std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?,
+        None => println!("{json}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}

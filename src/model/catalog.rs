@@ -1,0 +1,40 @@
+//! The decoded catalogue (channels, categories, tags) with id lookups.
+
+use super::decode::{Category, Channel, Tag};
+use std::collections::HashMap;
+
+#[derive(Debug, Default)]
+pub struct Catalog {
+    pub channels: Vec<Channel>,
+    pub categories: Vec<Category>,
+    pub tags: Vec<Tag>,
+    category_by_id: HashMap<String, usize>,
+    tag_by_id: HashMap<String, usize>,
+}
+
+impl Catalog {
+    pub fn new(channels: Vec<Channel>, categories: Vec<Category>, tags: Vec<Tag>) -> Catalog {
+        let category_by_id = categories.iter().enumerate().map(|(i, c)| (c.id.clone(), i)).collect();
+        let tag_by_id = tags.iter().enumerate().map(|(i, t)| (t.id.clone(), i)).collect();
+        Catalog { channels, categories, tags, category_by_id, tag_by_id }
+    }
+
+    /// The active category with this id; `None` when missing, rejected or
+    /// inactive.
+    pub fn active_category(&self, id: &str) -> Option<&Category> {
+        self.category_by_id.get(id).map(|&i| &self.categories[i]).filter(|c| c.active)
+    }
+
+    pub fn active_category_index(&self, id: &str) -> Option<usize> {
+        self.category_by_id.get(id).copied().filter(|&i| self.categories[i].active)
+    }
+
+    /// The active tag with this id, whatever its category's state.
+    pub fn active_tag(&self, id: &str) -> Option<&Tag> {
+        self.tag_by_id.get(id).map(|&i| &self.tags[i]).filter(|t| t.active)
+    }
+
+    pub fn active_tag_index(&self, id: &str) -> Option<usize> {
+        self.tag_by_id.get(id).copied().filter(|&i| self.tags[i].active)
+    }
+}

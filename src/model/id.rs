@@ -1,0 +1,40 @@
+//! Ids: ObjectIds written as lowercase hex, or strings that match
+//! `^[0-9A-Za-z_-]{1,128}$`. Anything else is unusable.
+
+use mongodb::bson::RawBsonRef;
+
+pub use crate::keys::segment::is_id_segment as is_usable_id;
+
+/// An id read from BSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdValue {
+    Usable(String),
+    /// Present but unusable; carries a printable form for reports.
+    Unusable(String),
+}
+
+/// Reads an id (an `_id` or a reference) from a BSON value.
+pub fn read_id(value: RawBsonRef<'_>) -> IdValue {
+    match value {
+        RawBsonRef::ObjectId(oid) => IdValue::Usable(oid.to_hex()),
+        RawBsonRef::String(s) if is_usable_id(s) => IdValue::Usable(s.to_string()),
+        RawBsonRef::String(s) => IdValue::Unusable(format!("{s:?}")),
+        other => IdValue::Unusable(format!("<{:?}>", other.element_type())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mongodb::bson::oid::ObjectId;
+
+    #[test]
+    fn object_ids_and_strings() {
+        let oid = ObjectId::parse_str("65A1B2C3D4E5F6A7B8C9D0E1").unwrap();
+        assert_eq!(read_id(RawBsonRef::ObjectId(oid)), IdValue::Usable("65a1b2c3d4e5f6a7b8c9d0e1".into()));
+        assert_eq!(read_id(RawBsonRef::String("c-1_x")), IdValue::Usable("c-1_x".into()));
+        assert!(matches!(read_id(RawBsonRef::String("a b")), IdValue::Unusable(_)));
+        assert!(matches!(read_id(RawBsonRef::String("")), IdValue::Unusable(_)));
+        assert!(matches!(read_id(RawBsonRef::Int32(5)), IdValue::Unusable(_)));
+    }
+}

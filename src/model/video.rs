@@ -1,0 +1,179 @@
+//! VideoMedia decoding: the detail payload (built in one pass over the
+//! stored fields) and the small index tuple every index family needs.
+
+use super::bson_json::{self, Lossy};
+use super::decode::{field, required_str};
+use super::id::{IdValue, read_id};
+use super::json::{self, ObjectWriter};
+use super::num;
+use super::report::{Reason, RefReport, Rejection};
+use mongodb::bson::{RawBsonRef, RawDocument};
+
+pub const SITE_CATEGORY_IDS: &str = "VideoMedia.categoryIds";
+pub const SITE_TAG_IDS: &str = "VideoMedia.tagIds";
+
+/// A decoded video. Inactive videos carry only their id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VideoDoc {
+    pub id: String,
+    pub active: bool,
+    /// `addedTime` in epoch ms; 0 when absent or not a date.
+    pub added_ms: i64,
+    /// Usable category references as stored (repeats kept).
+    pub category_ids: Vec<String>,
+    /// Usable tag references as stored (repeats kept).
+    pub tag_ids: Vec<String>,
+    /// The `VideoDetailPayload` JSON, for active videos when asked for.
+    pub detail: Option<String>,
+}
+
+/// Keeps the usable ids of a reference array; counts the rest.
+fn usable_ids(value: RawBsonRef<'_>, site: &'static str, refs: &mut RefReport) -> Option<Vec<String>> {
+    let RawBsonRef::Array(arr) = value else {
+        refs.unusable(site, 1);
+        return None;
+    };
+    let mut ids = Vec::new();
+    for element in arr {
+        match element.map(read_id) {
+            Ok(IdValue::Usable(id)) => ids.push(id),
+            _ => refs.unusable(site, 1),
+        }
+    }
+    Some(ids)
+}
+
+fn malformed(id: &str) -> Rejection {
+    Rejection { id: id.to_string(), reason: Reason::MalformedBson }
+}
+
+/// Decodes one video whose `_id` has been read as `id`.
+///
+/// `categoryIds` wins over a legacy `categoryId`; a lone `categoryId`
+/// becomes `categoryIds: [id]` at its own position. Null counts as absent.
+/// Unusable references leave the payload too. A `categoryIds` or `tagIds`
+/// that is not an array is one unusable reference and is left out whole.
+pub fn decode_video(
+    doc: &RawDocument,
+    id: String,
+    refs: &mut RefReport,
+    want_detail: bool,
+) -> Result<VideoDoc, Rejection> {
+    required_str(doc, &id, "title")?;
+    let active = num::is_one(field(doc, &id, "listStatus")?);
+    let added_ms = match field(doc, &id, "addedTime")? {
+        Some(RawBsonRef::DateTime(dt)) => dt.timestamp_millis(),
+        _ => 0,
+    };
+    if !active {
+        return Ok(VideoDoc { id, active, added_ms, category_ids: vec![], tag_ids: vec![], detail: None });
+    }
+    let has_category_ids = field(doc, &id, "categoryIds")?.is_some();
+    let mut category_ids = Vec::new();
+    let mut tag_ids = Vec::new();
+    let mut lossy = Lossy::default();
+    let mut out = String::new();
+    let mut obj = ObjectWriter::new(&mut out);
+    obj.string("id", &id);
+    for element in doc {
+        let (key, value) = element.map_err(|_| malformed(&id))?;
+        match (key, value) {
+            ("_id" | "id", _) => {}
+            ("categoryIds", RawBsonRef::Null) => {}
+            ("categoryId", _) if has_category_ids => {}
+            ("categoryId", RawBsonRef::Null) => {}
+            ("categoryIds", value) => {
+                if let Some(ids) = usable_ids(value, SITE_CATEGORY_IDS, refs) {
+                    json::write_str_array(obj.key("categoryIds"), ids.iter().map(String::as_str));
+                    category_ids = ids;
+                }
+            }
+            ("categoryId", value) => match read_id(value) {
+                IdValue::Usable(c) => {
+                    json::write_str_array(obj.key("categoryIds"), [c.as_str()]);
+                    category_ids = vec![c];
+                }
+                IdValue::Unusable(_) => refs.unusable(SITE_CATEGORY_IDS, 1),
+            },
+            ("tagIds", value @ RawBsonRef::Array(_)) => {
+                if let Some(ids) = usable_ids(value, SITE_TAG_IDS, refs) {
+                    json::write_str_array(obj.key("tagIds"), ids.iter().map(String::as_str));
+                    tag_ids = ids;
+                }
+            }
+            ("tagIds", RawBsonRef::Null) => obj.raw("tagIds", "null"),
+            ("tagIds", _) => refs.unusable(SITE_TAG_IDS, 1),
+            (key, value) => {
+                bson_json::write_value(obj.key(key), value, &mut lossy).map_err(|_| malformed(&id))?;
+            }
+        }
+    }
+    obj.finish();
+    refs.lossy_values += lossy.0;
+    Ok(VideoDoc { id, active, added_ms, category_ids, tag_ids, detail: want_detail.then_some(out) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mongodb::bson::{Bson, DateTime, RawDocumentBuf, doc, oid::ObjectId};
+
+    fn decode(d: mongodb::bson::Document) -> (VideoDoc, RefReport) {
+        let raw = RawDocumentBuf::from_document(&d).unwrap();
+        let mut refs = RefReport::default();
+        let id = super::super::decode::doc_id(&raw).unwrap();
+        (decode_video(&raw, id, &mut refs, true).unwrap(), refs)
+    }
+
+    #[test]
+    fn legacy_category_id_takes_its_place() {
+        let (v, _) = decode(doc! {
+            "_id": "v1", "title": "t", "categoryId": "c1", "listStatus": 1_i32, "id": "x", "z": 1_i32,
+        });
+        assert_eq!(v.detail.unwrap(), r#"{"id":"v1","title":"t","categoryIds":["c1"],"listStatus":1,"z":1}"#);
+        assert_eq!(v.category_ids, vec!["c1"]);
+    }
+
+    #[test]
+    fn category_ids_win_and_nulls_count_as_absent() {
+        let (v, _) = decode(doc! {
+            "_id": "v1", "categoryId": "c9", "title": "t", "categoryIds": ["c1", "c1"], "listStatus": 1.0,
+        });
+        assert_eq!(v.detail.unwrap(), r#"{"id":"v1","title":"t","categoryIds":["c1","c1"],"listStatus":1}"#);
+        let (v, _) = decode(doc! {
+            "_id": "v1", "categoryIds": Bson::Null, "title": "t", "categoryId": "c2", "listStatus": 1_i64,
+        });
+        assert_eq!(v.detail.unwrap(), r#"{"id":"v1","title":"t","categoryIds":["c2"],"listStatus":1}"#);
+        let (v, _) = decode(doc! { "_id": "v1", "title": "t", "categoryId": Bson::Null, "listStatus": 1_i32 });
+        assert_eq!(v.detail.unwrap(), r#"{"id":"v1","title":"t","listStatus":1}"#);
+    }
+
+    #[test]
+    fn unusable_references_leave_the_payload() {
+        let oid = ObjectId::parse_str("65a1b2c3d4e5f6a7b8c9d0e1").unwrap();
+        let (v, refs) = decode(doc! {
+            "_id": oid, "title": "t", "listStatus": 1_i32,
+            "categoryIds": [oid, "bad id", 5_i32], "tagIds": "t1",
+            "addedTime": DateTime::from_millis(1000),
+        });
+        assert_eq!(
+            v.detail.unwrap(),
+            r#"{"id":"65a1b2c3d4e5f6a7b8c9d0e1","title":"t","listStatus":1,"categoryIds":["65a1b2c3d4e5f6a7b8c9d0e1"],"addedTime":"1970-01-01T00:00:01.000Z"}"#
+        );
+        assert_eq!(refs.unusable[SITE_CATEGORY_IDS], 2);
+        assert_eq!(refs.unusable[SITE_TAG_IDS], 1);
+        assert_eq!(v.added_ms, 1000);
+    }
+
+    #[test]
+    fn inactive_videos_need_only_a_title() {
+        for status in [Bson::String("1".into()), Bson::Boolean(true), Bson::Int32(0)] {
+            let (v, _) = decode(doc! { "_id": "v1", "title": "", "listStatus": status });
+            assert!(!v.active);
+            assert!(v.detail.is_none());
+        }
+        let raw = RawDocumentBuf::from_document(&doc! { "_id": "v1", "listStatus": 1 }).unwrap();
+        let err = decode_video(&raw, "v1".into(), &mut RefReport::default(), true).unwrap_err();
+        assert_eq!(err.reason, Reason::Missing("title"));
+    }
+}

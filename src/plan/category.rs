@@ -1,0 +1,144 @@
+//! Category families: `category:all`, `category:by-id`,
+//! `category:with-tags`, `category:tagnames:flat`; and the category and tag
+//! payloads that other families embed.
+
+use super::order::by_seq;
+use super::text::js_lower;
+use super::{Op, PlanCtx, Value};
+use crate::model::catalog::Catalog;
+use crate::model::decode::{Category, Tag};
+use crate::model::json::{self, ObjectWriter};
+use crate::model::report::RefReport;
+use crate::registry::FamilyId;
+
+pub const SITE_TAG_CATEGORY: &str = "Tag.categoryId";
+
+/// Values several families share, computed once per plan.
+#[derive(Debug)]
+pub struct Derived {
+    /// Active categories by seq (indices into `catalog.categories`).
+    pub active_categories: Vec<usize>,
+    /// Per category: its active tags by seq; empty for inactive ones.
+    pub tags_of: Vec<Vec<usize>>,
+    /// Active tags by seq.
+    pub active_tags: Vec<usize>,
+    /// Per active category: its `CategoryCachePayload`.
+    pub category_json: Vec<Option<String>>,
+    /// Per active tag: its `TagCachePayload`.
+    pub tag_json: Vec<Option<String>>,
+}
+
+impl Derived {
+    pub fn new(catalog: &Catalog, refs: &mut RefReport) -> Derived {
+        let cats = &catalog.categories;
+        let tags = &catalog.tags;
+        let mut active_categories: Vec<usize> = (0..cats.len()).filter(|&i| cats[i].active).collect();
+        active_categories.sort_by(|&a, &b| by_seq(seq_key(&cats[a]), seq_key(&cats[b])));
+        let mut active_tags: Vec<usize> = (0..tags.len()).filter(|&i| tags[i].active).collect();
+        active_tags.sort_by(|&a, &b| by_seq(tag_key(&tags[a]), tag_key(&tags[b])));
+
+        let mut tags_of = vec![Vec::new(); cats.len()];
+        for &t in &active_tags {
+            match catalog.active_category_index(&tags[t].category_id) {
+                Some(c) => tags_of[c].push(t),
+                None => refs.dangling(SITE_TAG_CATEGORY, 1),
+            }
+        }
+        let tag_json: Vec<Option<String>> = tags.iter().map(|t| t.active.then(|| tag_payload(t))).collect();
+        let category_json = cats
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                c.active.then(|| {
+                    let own: Vec<&Tag> = tags_of[i].iter().map(|&t| &tags[t]).collect();
+                    category_payload(c, &own, None)
+                })
+            })
+            .collect();
+        Derived { active_categories, tags_of, active_tags, category_json, tag_json }
+    }
+}
+
+fn seq_key(c: &Category) -> (&crate::model::num::Num, &str, &str) {
+    (&c.seq, &c.name, &c.id)
+}
+
+fn tag_key(t: &Tag) -> (&crate::model::num::Num, &str, &str) {
+    (&t.seq, &t.name, &t.id)
+}
+
+/// `TagCachePayload`: `id`, `name`, `categoryId`, `seq`, `status`.
+pub fn tag_payload(tag: &Tag) -> String {
+    let mut out = String::with_capacity(96 + tag.name.len());
+    let mut obj = ObjectWriter::new(&mut out);
+    obj.string("id", &tag.id);
+    obj.string("name", &tag.name);
+    obj.string("categoryId", &tag.category_id);
+    obj.raw("seq", &tag.seq_json);
+    obj.raw("status", &tag.status_json);
+    obj.finish();
+    out
+}
+
+/// `CategoryCachePayload`: `id`, `name`, `subtitle`, `seq`, `tags?`,
+/// `tagNames?`, `status`. With `full_tags`, `tags` holds those rendered
+/// `TagCachePayload`s and is always present (the `with-tags` form).
+pub fn category_payload(cat: &Category, tags: &[&Tag], full_tags: Option<&[&str]>) -> String {
+    let mut out = String::with_capacity(128);
+    let mut obj = ObjectWriter::new(&mut out);
+    obj.string("id", &cat.id);
+    obj.string("name", &cat.name);
+    match &cat.subtitle {
+        Some(s) => obj.string("subtitle", s),
+        None => obj.raw("subtitle", "null"),
+    }
+    obj.raw("seq", &cat.seq_json);
+    match full_tags {
+        Some(full) => json::write_raw_array(obj.key("tags"), full.iter().copied()),
+        None if !tags.is_empty() => {
+            let out = obj.key("tags");
+            out.push('[');
+            for (i, t) in tags.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                let mut item = ObjectWriter::new(out);
+                item.string("id", &t.id);
+                item.string("name", &t.name);
+                item.finish();
+            }
+            out.push(']');
+        }
+        None => {}
+    }
+    if !tags.is_empty() {
+        json::write_str_array(obj.key("tagNames"), tags.iter().map(|t| t.name.as_str()));
+    }
+    obj.raw("status", &cat.status_json);
+    obj.finish();
+    out
+}
+
+pub fn plan(catalog: &Catalog, derived: &Derived, ctx: &PlanCtx, out: &mut Vec<Op>) {
+    let mut all = String::from("[");
+    for (n, &c) in derived.active_categories.iter().enumerate() {
+        let cat = &catalog.categories[c];
+        let payload = derived.category_json[c].as_deref().unwrap_or_default();
+        if n > 0 {
+            all.push(',');
+        }
+        all.push_str(payload);
+        ctx.emit(out, FamilyId::CategoryById, &[&cat.id], Value::String(payload.to_string()));
+
+        let own: Vec<&Tag> = derived.tags_of[c].iter().map(|&t| &catalog.tags[t]).collect();
+        if ctx.families.contains(FamilyId::CategoryWithTags) {
+            let full: Vec<&str> = derived.tags_of[c].iter().filter_map(|&t| derived.tag_json[t].as_deref()).collect();
+            let with_tags = category_payload(cat, &own, Some(&full));
+            ctx.emit(out, FamilyId::CategoryWithTags, &[&cat.id], Value::String(with_tags));
+        }
+        let flat: Vec<String> = own.iter().map(|t| js_lower(&t.name)).collect();
+        ctx.emit(out, FamilyId::CategoryTagnamesFlat, &[&cat.id], Value::String(flat.join(" ")));
+    }
+    all.push(']');
+    ctx.emit(out, FamilyId::CategoryAll, &[], Value::String(all));
+}

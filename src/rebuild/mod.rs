@@ -1,0 +1,210 @@
+//! The full rebuild: read the four collections concurrently, plan on the
+//! blocking pool with rayon, write through concurrent pipelines, then sweep.
+//! Reading, planning and writing overlap; only the small per-video index
+//! tuples are held until the end.
+
+mod summary;
+mod videos;
+
+pub use summary::RunSummary;
+
+use crate::config::Config;
+use crate::keys::Keys;
+use crate::model::catalog::Catalog;
+use crate::model::decode::{self, Intake};
+use crate::model::report::{CollectionReport, RefReport};
+use crate::plan::{self, FamilySet, Op, PlanCtx};
+use crate::progress::Progress;
+use crate::sink::{self, Sink, SinkError};
+use crate::source::{Source, SourceError};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+#[derive(Debug, Clone)]
+pub struct RebuildOptions {
+    pub families: FamilySet,
+    pub dry_run: bool,
+}
+
+/// Why a run failed. Every key is then either old or new: batches are
+/// atomic and nothing is swept.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<tokio::task::JoinError> for RunError {
+    fn from(err: tokio::task::JoinError) -> Self {
+        RunError::Internal(format!("planning task failed: {err}"))
+    }
+}
+
+/// Builds the planner's context from the configuration.
+pub fn plan_ctx(cfg: &Config, families: FamilySet) -> PlanCtx {
+    PlanCtx {
+        keys: Keys::new(cfg.prefix.clone()),
+        search_lengths: cfg.tag_search_lengths.clone(),
+        home_sections: cfg.home_sections(),
+        families,
+    }
+}
+
+/// Splits ops into write batches by count and payload bytes.
+pub struct Batcher {
+    tx: mpsc::Sender<Vec<Op>>,
+    max_ops: usize,
+    current: Vec<Op>,
+    weight: usize,
+}
+
+/// About this many payload bytes go in one MULTI/EXEC.
+const BATCH_BYTES: usize = 1 << 20;
+
+impl Batcher {
+    pub fn new(tx: mpsc::Sender<Vec<Op>>, max_ops: usize) -> Batcher {
+        Batcher { tx, max_ops, current: Vec::new(), weight: 0 }
+    }
+
+    /// Queues ops; returns false once the writer has stopped (it failed,
+    /// and its error is what the run reports).
+    pub async fn send(&mut self, ops: Vec<Op>) -> bool {
+        for op in ops {
+            self.weight += op.value.weight() + op.key.text.len();
+            self.current.push(op);
+            if (self.current.len() >= self.max_ops || self.weight >= BATCH_BYTES) && !self.flush().await {
+                return false;
+            }
+        }
+        true
+    }
+
+    pub async fn flush(&mut self) -> bool {
+        if self.current.is_empty() {
+            return true;
+        }
+        self.weight = 0;
+        self.tx.send(std::mem::take(&mut self.current)).await.is_ok()
+    }
+}
+
+/// Reads and decodes the catalogue collections concurrently.
+pub async fn read_catalog(
+    source: &Source,
+    cfg: &Config,
+) -> Result<(Catalog, [(String, CollectionReport); 3], RefReport), RunError> {
+    let names = &cfg.collections;
+    let batch = cfg.read_batch_size;
+    let (channels, categories, tags) = tokio::try_join!(
+        source.read_all(&names.channel, batch),
+        source.read_all(&names.category, batch),
+        source.read_all(&names.tag, batch),
+    )?;
+    let names = names.clone();
+    let decoded = tokio::task::spawn_blocking(move || {
+        let mut refs = RefReport::default();
+        let mut ch_in = Intake::default();
+        let ch: Vec<_> = channels.iter().filter_map(|d| ch_in.accept(d, decode::decode_channel)).collect();
+        let mut cat_in = Intake::default();
+        let cats: Vec<_> = categories.iter().filter_map(|d| cat_in.accept(d, decode::decode_category)).collect();
+        let mut tag_in = Intake::default();
+        let tg: Vec<_> = tags.iter().filter_map(|d| tag_in.accept(d, decode::decode_tag)).collect();
+        for intake in [&ch_in, &cat_in, &tag_in] {
+            refs.merge(&intake.refs);
+        }
+        let reports = [(names.channel, ch_in.report), (names.category, cat_in.report), (names.tag, tag_in.report)];
+        (Catalog::new(ch, cats, tg), reports, refs)
+    })
+    .await?;
+    Ok(decoded)
+}
+
+/// Runs one full rebuild (or dry run) and returns its summary.
+pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -> Result<RunSummary, RunError> {
+    let started = Instant::now();
+    let source = Source::connect(cfg).await?;
+    let sink = Sink::connect(cfg).await?;
+    let memory_before = sink.used_memory().await.ok();
+    let ctx = Arc::new(plan_ctx(cfg, opts.families));
+
+    let (tx, rx) = mpsc::channel::<Vec<Op>>(16);
+    let write_stage = Arc::new(progress.stage("writing ops", 0));
+    let writer = {
+        let stage = write_stage.clone();
+        let sink = (!opts.dry_run).then(|| sink.clone());
+        tokio::spawn(sink::run_writer(sink, rx, cfg.write_concurrency, move |n| stage.inc(n)))
+    };
+
+    let produce = async {
+        let catalog_side = async {
+            let (catalog, reports, refs) = read_catalog(&source, cfg).await?;
+            let catalog = Arc::new(catalog);
+            let (ops, plan_refs) = {
+                let (catalog, ctx) = (catalog.clone(), ctx.clone());
+                tokio::task::spawn_blocking(move || plan::plan_catalog(&catalog, &ctx)).await?
+            };
+            let mut batcher = Batcher::new(tx.clone(), cfg.write_batch_ops);
+            let _ = batcher.send(ops).await && batcher.flush().await;
+            let mut refs = refs;
+            refs.merge(&plan_refs);
+            Ok::<_, RunError>((catalog, reports, refs))
+        };
+        let video_side = async {
+            if !opts.families.needs_videos() {
+                return Ok(None);
+            }
+            videos::read_videos(&source, cfg, ctx.clone(), tx.clone(), progress).await.map(Some)
+        };
+        let (catalog_part, video_part) = tokio::try_join!(catalog_side, video_side)?;
+        let (catalog, reports, mut refs) = catalog_part;
+        let mut collections: Vec<(String, CollectionReport)> = reports.into_iter().collect();
+        let mut videos_indexed = 0;
+        if let Some((index, intake)) = video_part {
+            videos_indexed = index.len();
+            collections.push((cfg.collections.video.clone(), intake.report));
+            refs.merge(&intake.refs);
+            let (ops, index_refs) = {
+                let ctx = ctx.clone();
+                tokio::task::spawn_blocking(move || plan::video::plan_indexes(&index, &catalog, &ctx)).await?
+            };
+            refs.merge(&index_refs);
+            let mut batcher = Batcher::new(tx.clone(), cfg.write_batch_ops);
+            let _ = batcher.send(ops).await && batcher.flush().await;
+        }
+        Ok::<_, RunError>((collections, refs, videos_indexed))
+    };
+    let produced = produce.await;
+    drop(tx);
+    let written = writer.await?;
+    write_stage.finish();
+    let written = written?;
+    let (collections, refs, videos_indexed) = produced?;
+
+    let sweep_started = Instant::now();
+    let swept = sink.sweep(&ctx.keys, opts.families, &written.produced, opts.dry_run).await?;
+    tracing::info!(
+        deleted = swept.deleted.values().sum::<u64>(),
+        scanned = swept.scanned,
+        elapsed_ms = sweep_started.elapsed().as_millis() as u64,
+        "sweep done"
+    );
+    let memory_after = sink.used_memory().await.ok();
+
+    Ok(RunSummary {
+        families: opts.families,
+        written: written.written,
+        deleted: swept.deleted,
+        collections,
+        refs,
+        videos_indexed,
+        duration: started.elapsed(),
+        memory_before,
+        memory_after,
+        dry_run: opts.dry_run,
+    })
+}

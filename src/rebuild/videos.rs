@@ -1,0 +1,89 @@
+//! The video stage: a reader task streams raw batches from the cursor while
+//! the previous batch is decoded and planned with rayon on the blocking
+//! pool; detail ops go straight to the writer, index tuples are kept.
+
+use super::{Batcher, RunError};
+use crate::config::Config;
+use crate::model::decode::{Intake, doc_id};
+use crate::model::report::RefReport;
+use crate::model::video::decode_video;
+use crate::plan::video::{VideoIndex, plan_detail};
+use crate::plan::{Op, PlanCtx};
+use crate::progress::Progress;
+use crate::registry::FamilyId;
+use crate::source::Source;
+use mongodb::bson::RawDocumentBuf;
+use rayon::prelude::*;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// Documents handed to the planner at a time.
+const DECODE_BATCH: usize = 2000;
+
+pub async fn read_videos(
+    source: &Source,
+    cfg: &Config,
+    ctx: Arc<PlanCtx>,
+    tx: mpsc::Sender<Vec<Op>>,
+    progress: &Progress,
+) -> Result<(VideoIndex, Intake), RunError> {
+    let collection = cfg.collections.video.clone();
+    let stage = progress.stage("reading videos", source.estimated_count(&collection).await);
+    let mut cursor = source.scan(&collection, cfg.read_batch_size).await?;
+    let (raw_tx, mut raw_rx) = mpsc::channel::<Vec<RawDocumentBuf>>(4);
+    let reader = tokio::spawn(async move {
+        let mut batch = Vec::with_capacity(DECODE_BATCH);
+        while let Some(doc) = Source::next(&mut cursor, &collection).await? {
+            batch.push(doc);
+            if batch.len() >= DECODE_BATCH
+                && raw_tx.send(std::mem::replace(&mut batch, Vec::with_capacity(DECODE_BATCH))).await.is_err()
+            {
+                return Ok(());
+            }
+        }
+        if !batch.is_empty() {
+            let _ = raw_tx.send(batch).await;
+        }
+        Ok::<_, crate::source::SourceError>(())
+    });
+
+    let want_detail = ctx.families.contains(FamilyId::VideoDetail);
+    let mut intake = Intake::default();
+    let mut index = VideoIndex::default();
+    let mut batcher = Batcher::new(tx, cfg.write_batch_ops);
+    let mut writer_alive = true;
+    while let Some(batch) = raw_rx.recv().await {
+        let decoded = tokio::task::spawn_blocking(move || {
+            batch
+                .par_iter()
+                .map(|raw| {
+                    let id = doc_id(raw);
+                    let mut refs = RefReport::default();
+                    let video = id.clone().and_then(|id| decode_video(raw, id, &mut refs, want_detail));
+                    (id, video, refs)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await?;
+        stage.inc(decoded.len() as u64);
+        let mut ops = Vec::with_capacity(decoded.len());
+        for (id, video, refs) in decoded {
+            if let Some(mut video) = intake.admit(id, video, refs) {
+                index.push(&video);
+                plan_detail(&mut video, &ctx, &mut ops);
+            }
+        }
+        if writer_alive {
+            writer_alive = batcher.send(ops).await;
+        }
+        if !writer_alive {
+            // The writer failed; its error ends the run. Stop reading.
+            break;
+        }
+    }
+    drop(raw_rx);
+    reader.await??;
+    batcher.flush().await;
+    stage.finish();
+    Ok((index, intake))
+}

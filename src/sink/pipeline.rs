@@ -1,0 +1,97 @@
+//! Turns planned ops into one atomic Redis pipeline.
+
+use crate::config::TierSeconds;
+use crate::plan::{Op, Value};
+
+/// Members per variadic command, so no single command grows unbounded.
+const CHUNK: usize = 1000;
+
+/// `base` plus up to `jitter × base` seconds, `u` being uniform in [0, 1).
+pub fn ttl_with_jitter(base: u64, jitter: f64, u: f64) -> u64 {
+    base + (u.clamp(0.0, 1.0) * jitter * base as f64).floor() as u64
+}
+
+/// Builds a MULTI/EXEC pipeline that replaces every key of `ops` whole:
+/// strings with `SET … EX`, collections with `DEL` + adds + `EXPIRE`
+/// inside the transaction, so no reader sees them missing or partial.
+pub fn build_pipeline(ops: &[Op], ttl: &TierSeconds, jitter: f64, mut uniform: impl FnMut() -> f64) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for op in ops {
+        let seconds = ttl_with_jitter(ttl.get(op.tier()), jitter, uniform());
+        let key = op.key.text.as_str();
+        match &op.value {
+            Value::String(value) => {
+                pipe.cmd("SET").arg(key).arg(value).arg("EX").arg(seconds).ignore();
+            }
+            Value::Set(members) => {
+                pipe.cmd("DEL").arg(key).ignore();
+                for chunk in members.chunks(CHUNK) {
+                    pipe.cmd("SADD").arg(key).arg(chunk).ignore();
+                }
+                pipe.cmd("EXPIRE").arg(key).arg(seconds).ignore();
+            }
+            Value::List(items) => {
+                pipe.cmd("DEL").arg(key).ignore();
+                for chunk in items.chunks(CHUNK) {
+                    pipe.cmd("RPUSH").arg(key).arg(chunk).ignore();
+                }
+                pipe.cmd("EXPIRE").arg(key).arg(seconds).ignore();
+            }
+            Value::Zset(members) => {
+                pipe.cmd("DEL").arg(key).ignore();
+                for chunk in members.chunks(CHUNK) {
+                    let cmd = pipe.cmd("ZADD").arg(key);
+                    for (score, member) in chunk {
+                        cmd.arg(*score).arg(member);
+                    }
+                    cmd.ignore();
+                }
+                pipe.cmd("EXPIRE").arg(key).arg(seconds).ignore();
+            }
+        }
+    }
+    pipe
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::Keys;
+    use crate::registry::FamilyId;
+
+    #[test]
+    fn jitter_stays_within_the_fraction() {
+        assert_eq!(ttl_with_jitter(3600, 0.1, 0.0), 3600);
+        assert_eq!(ttl_with_jitter(3600, 0.1, 0.999_999), 3959);
+        assert_eq!(ttl_with_jitter(3600, 0.0, 0.5), 3600);
+    }
+
+    #[test]
+    fn collections_are_replaced_inside_one_transaction() {
+        let keys = Keys::new("app:");
+        let ops = vec![
+            Op { key: keys.key(FamilyId::TagAll, &[]), value: Value::String("[]".into()) },
+            Op {
+                key: keys.key(FamilyId::VideoCategoryList, &["c1"]),
+                value: Value::List(vec!["v2".into(), "v1".into()]),
+            },
+        ];
+        let ttl = TierSeconds { count: 1, index: 7200, detail: 3, catalog: 604_800 };
+        let pipe = build_pipeline(&ops, &ttl, 0.0, || 0.0);
+        let text = String::from_utf8_lossy(&pipe.get_packed_pipeline()).replace("\r\n", " ");
+        let expected = [
+            "MULTI",
+            "SET $11 app:tag:all $2 [] $2 EX $6 604800",
+            "DEL $26 app:video:category:list:c1",
+            "RPUSH $26 app:video:category:list:c1 $2 v2 $2 v1",
+            "EXPIRE $26 app:video:category:list:c1 $4 7200",
+            "EXEC",
+        ];
+        let mut at = 0;
+        for part in expected {
+            let found = text[at..].find(part).unwrap_or_else(|| panic!("missing {part:?} after {at} in {text}"));
+            at += found + part.len();
+        }
+    }
+}

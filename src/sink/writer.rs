@@ -1,0 +1,52 @@
+//! The write stage: takes planned batches from a channel and writes them
+//! through several concurrent pipelines, recording what was produced.
+
+use super::{Sink, SinkError};
+use crate::plan::Op;
+use crate::registry::FamilyId;
+use futures::StreamExt;
+use std::collections::{BTreeMap, HashSet};
+use tokio::sync::mpsc;
+
+/// What the write stage did.
+#[derive(Debug, Default)]
+pub struct WriteOutcome {
+    /// Every key written (or planned, on a dry run).
+    pub produced: HashSet<String>,
+    pub written: BTreeMap<FamilyId, u64>,
+    pub ops: u64,
+}
+
+/// Drains `rx`, writing each batch unless `sink` is `None` (dry run).
+/// `on_batch` is told how many ops each finished batch held.
+pub async fn run_writer(
+    sink: Option<Sink>,
+    rx: mpsc::Receiver<Vec<Op>>,
+    concurrency: usize,
+    on_batch: impl Fn(u64),
+) -> Result<WriteOutcome, SinkError> {
+    let batches = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) });
+    let mut outcome = WriteOutcome::default();
+    let mut results = batches
+        .map(|batch| {
+            let sink = sink.clone();
+            async move {
+                if let Some(sink) = &sink {
+                    sink.write(&batch).await?;
+                }
+                Ok::<_, SinkError>(batch)
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .boxed();
+    while let Some(result) = results.next().await {
+        let batch = result?;
+        outcome.ops += batch.len() as u64;
+        on_batch(batch.len() as u64);
+        for op in batch {
+            *outcome.written.entry(op.key.family).or_default() += 1;
+            outcome.produced.insert(op.key.text);
+        }
+    }
+    Ok(outcome)
+}

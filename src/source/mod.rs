@@ -1,0 +1,95 @@
+//! The MongoDB edge: connects, streams raw documents with tuned batch
+//! sizes, and says what went wrong in operator terms.
+
+use crate::config::{Config, redact_url};
+use futures::TryStreamExt;
+use mongodb::bson::{RawDocumentBuf, doc};
+use mongodb::options::ClientOptions;
+use mongodb::{Client, Cursor, Database};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot connect to MongoDB at {uri}: {source} (check MONGODB_URI and that the server is running)")]
+    Connect {
+        uri: String,
+        #[source]
+        source: mongodb::error::Error,
+    },
+    #[error("reading MongoDB collection {collection} failed: {source}")]
+    Read {
+        collection: String,
+        #[source]
+        source: mongodb::error::Error,
+    },
+}
+
+impl SourceError {
+    /// Whether trying again may help (network trouble, elections).
+    pub fn is_retriable(&self) -> bool {
+        let source = match self {
+            SourceError::Connect { source, .. } | SourceError::Read { source, .. } => source,
+        };
+        matches!(
+            source.kind.as_ref(),
+            mongodb::error::ErrorKind::Io(_)
+                | mongodb::error::ErrorKind::ServerSelection { .. }
+                | mongodb::error::ErrorKind::ConnectionPoolCleared { .. }
+        ) || source.contains_label(mongodb::error::RETRYABLE_ERROR)
+    }
+}
+
+/// A connected MongoDB database.
+#[derive(Clone)]
+pub struct Source {
+    db: Database,
+}
+
+impl Source {
+    /// Connects and pings, so a wrong address fails here, clearly.
+    pub async fn connect(cfg: &Config) -> Result<Source, SourceError> {
+        let connect_err = |source| SourceError::Connect { uri: redact_url(&cfg.mongodb_uri), source };
+        let mut options = ClientOptions::parse(&cfg.mongodb_uri).await.map_err(connect_err)?;
+        options.app_name = Some("cachewright".into());
+        options.server_selection_timeout.get_or_insert(Duration::from_secs(10));
+        options.connect_timeout.get_or_insert(Duration::from_secs(5));
+        let client = Client::with_options(options).map_err(connect_err)?;
+        let db = client.database(&cfg.mongodb_db);
+        db.run_command(doc! { "ping": 1 }).await.map_err(connect_err)?;
+        Ok(Source { db })
+    }
+
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// Opens a cursor over a whole collection in natural order, as raw
+    /// BSON (decoding happens in the planner's threads, not the driver's).
+    pub async fn scan(&self, collection: &str, batch_size: u32) -> Result<Cursor<RawDocumentBuf>, SourceError> {
+        self.db
+            .collection::<RawDocumentBuf>(collection)
+            .find(doc! {})
+            .batch_size(batch_size)
+            .await
+            .map_err(|source| SourceError::Read { collection: collection.to_string(), source })
+    }
+
+    /// Reads a whole (small) collection.
+    pub async fn read_all(&self, collection: &str, batch_size: u32) -> Result<Vec<RawDocumentBuf>, SourceError> {
+        let cursor = self.scan(collection, batch_size).await?;
+        cursor.try_collect().await.map_err(|source| SourceError::Read { collection: collection.to_string(), source })
+    }
+
+    /// The collection's size from its metadata, for progress bars.
+    pub async fn estimated_count(&self, collection: &str) -> u64 {
+        self.db.collection::<RawDocumentBuf>(collection).estimated_document_count().await.unwrap_or(0)
+    }
+
+    /// Pulls the next document, mapping errors to this edge.
+    pub async fn next(
+        cursor: &mut Cursor<RawDocumentBuf>,
+        collection: &str,
+    ) -> Result<Option<RawDocumentBuf>, SourceError> {
+        cursor.try_next().await.map_err(|source| SourceError::Read { collection: collection.to_string(), source })
+    }
+}

@@ -4,15 +4,10 @@
 //! them. The full rebuild itself is timed by the script.
 
 use crate::config::Config;
-use crate::model::decode::{Intake, doc_id};
-use crate::model::report::RefReport;
-use crate::model::video::decode_video;
-use crate::plan::{self, FamilySet, Op};
-use crate::rebuild::{Batcher, plan_ctx};
+use crate::plan::FamilySet;
+use crate::rebuild::{Batcher, plan_ctx, plan_in_memory};
 use crate::sink::{Sink, run_writer};
 use crate::source::Source;
-use mongodb::bson::RawDocumentBuf;
-use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -48,7 +43,10 @@ pub async fn run(cfg: &Config) -> anyhow::Result<BenchReport> {
     let cpu_before = crate::usage::cpu_time();
     let plan_started = Instant::now();
     let ctx = plan_ctx(cfg, FamilySet::all());
-    let ops = tokio::task::spawn_blocking(move || plan_all(&ctx, &channels, &categories, &tags, &videos)).await?;
+    let names = cfg.collections.clone();
+    let ops =
+        tokio::task::spawn_blocking(move || plan_in_memory(&ctx, &names, &channels, &categories, &tags, &videos).ops)
+            .await?;
     let plan_wall_seconds = plan_started.elapsed().as_secs_f64();
     let plan_cpu_seconds = (crate::usage::cpu_time() - cpu_before).as_secs_f64();
 
@@ -76,42 +74,4 @@ pub async fn run(cfg: &Config) -> anyhow::Result<BenchReport> {
         write_seconds,
         keys_per_family,
     })
-}
-
-/// Decodes and plans everything from raw documents held in memory.
-fn plan_all(
-    ctx: &plan::PlanCtx,
-    channels: &[RawDocumentBuf],
-    categories: &[RawDocumentBuf],
-    tags: &[RawDocumentBuf],
-    videos: &[RawDocumentBuf],
-) -> Vec<Op> {
-    use crate::model::catalog::Catalog;
-    use crate::model::decode::{decode_category, decode_channel, decode_tag};
-    let (mut a, mut b, mut c) = (Intake::default(), Intake::default(), Intake::default());
-    let catalog = Catalog::new(
-        channels.iter().filter_map(|d| a.accept(d, decode_channel)).collect(),
-        categories.iter().filter_map(|d| b.accept(d, decode_category)).collect(),
-        tags.iter().filter_map(|d| c.accept(d, decode_tag)).collect(),
-    );
-    let (mut ops, _) = plan::plan_catalog(&catalog, ctx);
-    let decoded: Vec<_> = videos
-        .par_iter()
-        .map(|raw| {
-            let id = doc_id(raw);
-            let mut refs = RefReport::default();
-            let video = id.clone().and_then(|id| decode_video(raw, id, &mut refs, true));
-            (id, video, refs)
-        })
-        .collect();
-    let mut intake = Intake::default();
-    let mut index = plan::video::VideoIndex::default();
-    for (id, video, refs) in decoded {
-        if let Some(mut video) = intake.admit(id, video, refs) {
-            index.push(&video);
-            plan::video::plan_detail(&mut video, ctx, &mut ops);
-        }
-    }
-    ops.extend(plan::video::plan_indexes(&index, &catalog, ctx).0);
-    ops
 }

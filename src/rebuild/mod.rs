@@ -3,15 +3,16 @@
 //! Reading, planning and writing overlap; only the small per-video index
 //! tuples are held until the end.
 
+mod decode;
 mod summary;
 mod videos;
 
+pub use decode::{PlannedRun, decode_catalog, plan_in_memory};
 pub use summary::RunSummary;
 
 use crate::config::Config;
 use crate::keys::Keys;
 use crate::model::catalog::Catalog;
-use crate::model::decode::{self, Intake};
 use crate::model::report::{CollectionReport, RefReport};
 use crate::plan::{self, FamilySet, Op, PlanCtx};
 use crate::progress::Progress;
@@ -98,29 +99,15 @@ pub async fn read_catalog(
     source: &Source,
     cfg: &Config,
 ) -> Result<(Catalog, [(String, CollectionReport); 3], RefReport), RunError> {
-    let names = &cfg.collections;
+    let names = cfg.collections.clone();
     let batch = cfg.read_batch_size;
     let (channels, categories, tags) = tokio::try_join!(
         source.read_all(&names.channel, batch),
         source.read_all(&names.category, batch),
         source.read_all(&names.tag, batch),
     )?;
-    let names = names.clone();
-    let decoded = tokio::task::spawn_blocking(move || {
-        let mut refs = RefReport::default();
-        let mut ch_in = Intake::default();
-        let ch: Vec<_> = channels.iter().filter_map(|d| ch_in.accept(d, decode::decode_channel)).collect();
-        let mut cat_in = Intake::default();
-        let cats: Vec<_> = categories.iter().filter_map(|d| cat_in.accept(d, decode::decode_category)).collect();
-        let mut tag_in = Intake::default();
-        let tg: Vec<_> = tags.iter().filter_map(|d| tag_in.accept(d, decode::decode_tag)).collect();
-        for intake in [&ch_in, &cat_in, &tag_in] {
-            refs.merge(&intake.refs);
-        }
-        let reports = [(names.channel, ch_in.report), (names.category, cat_in.report), (names.tag, tag_in.report)];
-        (Catalog::new(ch, cats, tg), reports, refs)
-    })
-    .await?;
+    let decoded =
+        tokio::task::spawn_blocking(move || decode::decode_catalog(&names, &channels, &categories, &tags)).await?;
     Ok(decoded)
 }
 

@@ -2,18 +2,16 @@
 //! the previous batch is decoded and planned with rayon on the blocking
 //! pool; detail ops go straight to the writer, index tuples are kept.
 
+use super::decode::{admit_videos, decode_videos};
 use super::{Batcher, RunError};
 use crate::config::Config;
-use crate::model::decode::{Intake, doc_id};
-use crate::model::report::RefReport;
-use crate::model::video::decode_video;
-use crate::plan::video::{VideoIndex, plan_detail};
+use crate::model::decode::Intake;
+use crate::plan::video::VideoIndex;
 use crate::plan::{Op, PlanCtx};
 use crate::progress::Progress;
 use crate::registry::FamilyId;
 use crate::source::Source;
 use mongodb::bson::RawDocumentBuf;
-use rayon::prelude::*;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -53,26 +51,10 @@ pub async fn read_videos(
     let mut batcher = Batcher::new(tx, cfg.write_batch_ops);
     let mut writer_alive = true;
     while let Some(batch) = raw_rx.recv().await {
-        let decoded = tokio::task::spawn_blocking(move || {
-            batch
-                .par_iter()
-                .map(|raw| {
-                    let id = doc_id(raw);
-                    let mut refs = RefReport::default();
-                    let video = id.clone().and_then(|id| decode_video(raw, id, &mut refs, want_detail));
-                    (id, video, refs)
-                })
-                .collect::<Vec<_>>()
-        })
-        .await?;
+        let decoded = tokio::task::spawn_blocking(move || decode_videos(&batch, want_detail)).await?;
         stage.inc(decoded.len() as u64);
         let mut ops = Vec::with_capacity(decoded.len());
-        for (id, video, refs) in decoded {
-            if let Some(mut video) = intake.admit(id, video, refs) {
-                index.push(&video);
-                plan_detail(&mut video, &ctx, &mut ops);
-            }
-        }
+        admit_videos(decoded, &mut intake, &mut index, &ctx, &mut ops);
         if writer_alive {
             writer_alive = batcher.send(ops).await;
         }

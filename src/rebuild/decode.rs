@@ -1,0 +1,108 @@
+//! Decoding stages shared by the streaming rebuild, the in-memory planner
+//! (golden tests, benchmark) and anything else that plans from raw BSON.
+
+use crate::config::Collections;
+use crate::model::catalog::Catalog;
+use crate::model::decode::{self, Intake, doc_id};
+use crate::model::report::{CollectionReport, RefReport, Rejection};
+use crate::model::video::{VideoDoc, decode_video};
+use crate::plan::video::{VideoIndex, plan_detail};
+use crate::plan::{self, Op, PlanCtx};
+use crate::registry::FamilyId;
+use mongodb::bson::RawDocumentBuf;
+use rayon::prelude::*;
+
+/// Decodes the three catalogue collections (in cursor order).
+pub fn decode_catalog(
+    names: &Collections,
+    channels: &[RawDocumentBuf],
+    categories: &[RawDocumentBuf],
+    tags: &[RawDocumentBuf],
+) -> (Catalog, [(String, CollectionReport); 3], RefReport) {
+    let mut refs = RefReport::default();
+    let (mut ch_in, mut cat_in, mut tag_in) = (Intake::default(), Intake::default(), Intake::default());
+    let catalog = Catalog::new(
+        channels.iter().filter_map(|d| ch_in.accept(d, decode::decode_channel)).collect(),
+        categories.iter().filter_map(|d| cat_in.accept(d, decode::decode_category)).collect(),
+        tags.iter().filter_map(|d| tag_in.accept(d, decode::decode_tag)).collect(),
+    );
+    for intake in [&ch_in, &cat_in, &tag_in] {
+        refs.merge(&intake.refs);
+    }
+    let reports = [
+        (names.channel.clone(), ch_in.report),
+        (names.category.clone(), cat_in.report),
+        (names.tag.clone(), tag_in.report),
+    ];
+    (catalog, reports, refs)
+}
+
+/// One video decoded off the cursor's order: its id, the decoder's result
+/// and what the decoder counted.
+pub type DecodedVideo = (Result<String, Rejection>, Result<VideoDoc, Rejection>, RefReport);
+
+/// Decodes a batch of videos in parallel (rayon).
+pub fn decode_videos(batch: &[RawDocumentBuf], want_detail: bool) -> Vec<DecodedVideo> {
+    batch
+        .par_iter()
+        .map(|raw| {
+            let id = doc_id(raw);
+            let mut refs = RefReport::default();
+            let video = id.clone().and_then(|id| decode_video(raw, id, &mut refs, want_detail));
+            (id, video, refs)
+        })
+        .collect()
+}
+
+/// Admits decoded videos in cursor order (repeats are rejected here),
+/// keeps their index tuples and plans their details into `ops`.
+pub fn admit_videos(
+    decoded: Vec<DecodedVideo>,
+    intake: &mut Intake,
+    index: &mut VideoIndex,
+    ctx: &PlanCtx,
+    ops: &mut Vec<Op>,
+) {
+    for (id, video, refs) in decoded {
+        if let Some(mut video) = intake.admit(id, video, refs) {
+            index.push(&video);
+            plan_detail(&mut video, ctx, ops);
+        }
+    }
+}
+
+/// A whole run planned in memory.
+#[derive(Debug)]
+pub struct PlannedRun {
+    pub ops: Vec<Op>,
+    pub collections: Vec<(String, CollectionReport)>,
+    pub refs: RefReport,
+}
+
+/// Decodes and plans everything from documents held in memory. The
+/// streaming rebuild produces the same ops, in another order.
+pub fn plan_in_memory(
+    ctx: &PlanCtx,
+    names: &Collections,
+    channels: &[RawDocumentBuf],
+    categories: &[RawDocumentBuf],
+    tags: &[RawDocumentBuf],
+    videos: &[RawDocumentBuf],
+) -> PlannedRun {
+    let (catalog, reports, mut refs) = decode_catalog(names, channels, categories, tags);
+    let (mut ops, plan_refs) = plan::plan_catalog(&catalog, ctx);
+    refs.merge(&plan_refs);
+    let mut collections: Vec<_> = reports.into_iter().collect();
+    if ctx.families.needs_videos() {
+        let mut intake = Intake::default();
+        let mut index = VideoIndex::default();
+        let decoded = decode_videos(videos, ctx.families.contains(FamilyId::VideoDetail));
+        admit_videos(decoded, &mut intake, &mut index, ctx, &mut ops);
+        let (index_ops, index_refs) = plan::video::plan_indexes(&index, &catalog, ctx);
+        ops.extend(index_ops);
+        refs.merge(&intake.refs);
+        refs.merge(&index_refs);
+        collections.push((names.video.clone(), intake.report));
+    }
+    PlannedRun { ops, collections, refs }
+}

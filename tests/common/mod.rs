@@ -1,0 +1,128 @@
+//! Shared test harness: real servers, per-test databases and prefixes,
+//! fixture loading and Redis dumps.
+#![allow(dead_code)]
+
+pub mod render;
+pub mod servers;
+
+use cachewright::config::{Config, RawConfig};
+use render::Content;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn fixture_dir(name: &str) -> PathBuf {
+    root().join("fixtures").join(name)
+}
+
+/// Servers shared by the tests of one test binary; each test isolates
+/// itself with its own database and key prefix.
+pub struct Shared {
+    pub redis: servers::Redis,
+    pub mongo: servers::Mongo,
+}
+
+pub fn shared() -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(|| Shared { redis: servers::Redis::start(), mongo: servers::Mongo::start() })
+}
+
+/// A unique name for this test's database and prefix.
+pub fn unique(tag: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!("{tag}{}x{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A configuration against the given servers with its own db and prefix.
+pub fn config(mongo_uri: &str, redis_url: &str, name: &str) -> Config {
+    Config::from_raw(RawConfig {
+        mongodb_uri: Some(mongo_uri.to_string()),
+        mongodb_db: Some(name.to_string()),
+        redis_url: Some(redis_url.to_string()),
+        prefix: Some(format!("{name}:")),
+        status_prefix: Some(format!("cw-{name}:")),
+        home_limit: Some(3),
+        ..RawConfig::default()
+    })
+    .expect("test config is valid")
+}
+
+/// The golden tests' planner settings: default prefix, home limit 3.
+pub fn golden_config() -> Config {
+    Config::from_raw(RawConfig { home_limit: Some(3), ..RawConfig::default() }).expect("valid")
+}
+
+pub async fn load_fixtures(cfg: &Config, dir: &Path) {
+    let c = &cfg.collections;
+    let sets =
+        cachewright::fixtures::read_dir(dir, &[&c.channel, &c.category, &c.tag, &c.video]).expect("fixtures parse");
+    let source = cachewright::source::Source::connect(cfg).await.expect("mongo reachable");
+    cachewright::fixtures::load(source.database(), &sets).await.expect("fixtures load");
+}
+
+pub async fn redis_conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url).expect("url").get_multiplexed_async_connection().await.expect("redis reachable")
+}
+
+/// Every key under `prefix`, with contents and TTL (seconds, -1 = none).
+pub async fn dump(url: &str, prefix: &str) -> BTreeMap<String, (Content, i64)> {
+    let mut conn = redis_conn(url).await;
+    let mut keys: Vec<String> = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .expect("scan");
+        keys.extend(batch);
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    let mut out = BTreeMap::new();
+    for key in keys {
+        let kind: String = redis::cmd("TYPE").arg(&key).query_async(&mut conn).await.expect("type");
+        let content = match kind.as_str() {
+            "string" => Content::String(redis::cmd("GET").arg(&key).query_async(&mut conn).await.expect("get")),
+            "set" => Content::Set(render::sorted(
+                redis::cmd("SMEMBERS").arg(&key).query_async(&mut conn).await.expect("smembers"),
+            )),
+            "list" => Content::List(
+                redis::cmd("LRANGE").arg(&key).arg(0).arg(-1).query_async(&mut conn).await.expect("lrange"),
+            ),
+            "zset" => {
+                let members: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                    .arg(&key)
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES")
+                    .query_async(&mut conn)
+                    .await
+                    .expect("zrange");
+                Content::zset(members.into_iter().map(|(m, s)| (s, m)).collect())
+            }
+            other => panic!("unexpected type {other} for {key}"),
+        };
+        let ttl: i64 = redis::cmd("TTL").arg(&key).query_async(&mut conn).await.expect("ttl");
+        out.insert(key, (content, ttl));
+    }
+    out
+}
+
+/// The dump rendered like a golden file, with `prefix` replaced by `app:`.
+pub fn render_dump(dump: &BTreeMap<String, (Content, i64)>, prefix: &str) -> String {
+    render::render(
+        dump.iter().map(|(k, (c, _))| (format!("app:{}", k.strip_prefix(prefix).unwrap_or(k)), c.clone())).collect(),
+    )
+}

@@ -1,0 +1,171 @@
+//! Real servers for integration tests: redis-server and secantusd-rs,
+//! started on free loopback ports. A server that cannot start fails the
+//! test with a message saying how to install it; nothing is skipped.
+
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free loopback port")
+}
+
+fn wait_listening(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{what} did not listen on 127.0.0.1:{port} within 30s");
+}
+
+/// Kills `pid` when this test process goes away, even on a panic or
+/// SIGKILL, so no server outlives its tests.
+fn watchdog(pid: u32) {
+    let me = std::process::id();
+    let _ = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "while kill -0 {me} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 0.5; done; kill -9 {pid} 2>/dev/null"
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+}
+
+fn binary(name: &str, env_var: &str, install: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(env_var) {
+        return PathBuf::from(path);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let home_cargo = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo/bin"));
+    for dir in std::env::split_paths(&path).chain(home_cargo) {
+        let candidate = dir.join(name);
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    panic!("{name} is not installed: {install} (or run scripts/test.sh, which installs it)");
+}
+
+pub struct Redis {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        let port = free_port();
+        let mut redis = Redis { port, child: None };
+        redis.launch();
+        redis
+    }
+
+    fn launch(&mut self) {
+        let bin = binary("redis-server", "REDIS_SERVER_BIN", "apt-get install -y redis-server");
+        let child = Command::new(bin)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server failed to start");
+        watchdog(child.id());
+        self.child = Some(child);
+        wait_listening(self.port, "redis-server");
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub struct Mongo {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Mongo {
+    pub fn start() -> Mongo {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut mongo = Mongo { port: 0, dir, child: None };
+        mongo.launch();
+        mongo
+    }
+
+    fn launch(&mut self) {
+        let bin = binary(
+            "secantusd-rs",
+            "SECANTUSD_BIN",
+            "cargo install secantus-mdb --version 0.5.3-beta.196 --ignore-rust-version --locked",
+        );
+        let mut child = Command::new(bin)
+            .args(["--port", &self.port.to_string(), "--storage-path"])
+            .arg(self.dir.path().join("data"))
+            .args(["--cache-size", "256M", "--log-file-max", "8MB", "--log-level", "WARNING"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("secantusd-rs failed to start");
+        watchdog(child.id());
+        if self.port == 0 {
+            let stdout = child.stdout.take().expect("stdout");
+            let mut line = String::new();
+            BufReader::new(stdout).read_line(&mut line).expect("read secantusd-rs banner");
+            self.port = line
+                .trim()
+                .rsplit(':')
+                .next()
+                .and_then(|p| p.parse().ok())
+                .unwrap_or_else(|| panic!("secantusd-rs did not say its port: {line:?}"));
+        }
+        self.child = Some(child);
+        wait_listening(self.port, "secantusd-rs");
+    }
+
+    pub fn uri(&self) -> String {
+        format!("mongodb://127.0.0.1:{}/?directConnection=true", self.port)
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops and starts again on the same port and storage.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
+}
+
+impl Drop for Mongo {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

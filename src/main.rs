@@ -13,12 +13,19 @@ use cachewright::{fixtures, generate, table};
 use clap::Parser;
 use std::process::ExitCode;
 
+// The planner allocates many small strings; mimalloc keeps that cheap.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const EXIT_FAILED: u8 = 1;
 const EXIT_USAGE: u8 = 2;
 const EXIT_REJECTED: u8 = 3;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if std::env::var_os("CACHEWRIGHT_THP").is_none() {
+        cachewright::usage::disable_transparent_huge_pages();
+    }
     init_logging(&cli.global);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -14,6 +14,17 @@ pub fn cpu_time() -> Duration {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
+/// Opts this process out of transparent huge pages. A rebuild allocates
+/// and frees many short-lived buffers; with THP set to `always`, each fresh
+/// region costs a 2 MiB page to zero, which profiles showed as a fifth of
+/// a rebuild's CPU. Harmless where THP is off.
+pub fn disable_transparent_huge_pages() {
+    // SAFETY: PR_SET_THP_DISABLE takes plain integer arguments.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}
+
 /// Peak resident set size in bytes (VmHWM), when the kernel says.
 pub fn peak_rss() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

@@ -50,7 +50,10 @@ impl Keys {
         if expected != args.len() {
             return Err(KeyError::Arity { family, expected, got: args.len() });
         }
-        let mut text = self.prefix.clone();
+        let mut text = String::with_capacity(
+            self.prefix.len() + pattern.raw().len() + args.iter().map(|a| a.len()).sum::<usize>(),
+        );
+        text.push_str(&self.prefix);
         let mut args = args.iter();
         for (i, seg) in pattern.segments().iter().enumerate() {
             if i > 0 {

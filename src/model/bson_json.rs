@@ -20,7 +20,7 @@ pub fn write_value(out: &mut String, value: RawBsonRef<'_>, lossy: &mut Lossy) -
         RawBsonRef::Null => out.push_str("null"),
         RawBsonRef::Int32(i) => json::write_i64(out, i.into()),
         RawBsonRef::Int64(i) => json::write_i64(out, i),
-        RawBsonRef::ObjectId(oid) => json::write_str(out, &oid.to_hex()),
+        RawBsonRef::ObjectId(oid) => json::write_str(out, &super::id::oid_hex(&oid)),
         RawBsonRef::DateTime(dt) => write_date(out, dt.timestamp_millis()),
         RawBsonRef::Decimal128(d) => json::write_str(out, &d.to_string()),
         RawBsonRef::Binary(bin) => json::write_str(out, &base64::engine::general_purpose::STANDARD.encode(bin.bytes)),

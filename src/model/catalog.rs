@@ -1,7 +1,7 @@
 //! The decoded catalogue (channels, categories, tags) with id lookups.
 
 use super::decode::{Category, Channel, Tag};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 #[derive(Debug, Default)]
 pub struct Catalog {

@@ -6,7 +6,7 @@ use super::id::{IdValue, read_id};
 use super::num::{self, Num};
 use super::report::{CollectionReport, Reason, RefReport, Rejection};
 use mongodb::bson::{RawBsonRef, RawDocument};
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 
 /// An element of a channel's `categories` or `tags`, reduced to `id` and
 /// `name` (rendered JSON; `None` when the element has no `name`).

@@ -50,8 +50,7 @@ pub fn write_f64(out: &mut String, f: f64) {
 
 /// Appends an integer as its exact decimal digits.
 pub fn write_i64(out: &mut String, i: i64) {
-    use std::fmt::Write;
-    let _ = write!(out, "{i}");
+    out.push_str(itoa::Buffer::new().format(i));
 }
 
 /// A small builder for JSON objects with keys in the order they are added.

@@ -72,7 +72,9 @@ pub fn decode_video(
     let mut category_ids = Vec::new();
     let mut tag_ids = Vec::new();
     let mut lossy = Lossy::default();
-    let mut out = String::new();
+    // JSON runs about as long as the BSON it comes from; sizing the buffer
+    // up front saves the reallocations that show up in profiles.
+    let mut out = String::with_capacity(doc.as_bytes().len() + 64);
     let mut obj = ObjectWriter::new(&mut out);
     obj.string("id", &id);
     for element in doc {

@@ -13,7 +13,7 @@ use crate::model::report::RefReport;
 use crate::model::video::{SITE_CATEGORY_IDS, SITE_TAG_IDS, VideoDoc};
 use crate::registry::{FamilyId, HomeSectionKind};
 use rayon::prelude::*;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Plans `video:detail` for one decoded video, moving its payload out.
 pub fn plan_detail(video: &mut VideoDoc, ctx: &PlanCtx, out: &mut Vec<Op>) {

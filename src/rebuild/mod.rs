@@ -65,7 +65,7 @@ pub struct Batcher {
 }
 
 /// About this many payload bytes go in one MULTI/EXEC.
-const BATCH_BYTES: usize = 1 << 20;
+const BATCH_BYTES: usize = 256 << 10;
 
 impl Batcher {
     pub fn new(tx: mpsc::Sender<Vec<Op>>, max_ops: usize) -> Batcher {
@@ -118,6 +118,13 @@ pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -
     let sink = Sink::connect(cfg).await?;
     let memory_before = sink.used_memory().await.ok();
     let ctx = Arc::new(plan_ctx(cfg, opts.families));
+
+    // The sweep's scan runs alongside the rebuild; deleting waits for the
+    // writes to succeed.
+    let scan = {
+        let (sink, keys, families) = (sink.clone(), ctx.keys.clone(), opts.families);
+        tokio::spawn(async move { sink.scan_existing(&keys, families).await })
+    };
 
     let (tx, rx) = mpsc::channel::<Vec<Op>>(16);
     let write_stage = Arc::new(progress.stage("writing ops", 0));
@@ -173,7 +180,8 @@ pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -
     let (collections, refs, videos_indexed) = produced?;
 
     let sweep_started = Instant::now();
-    let swept = sink.sweep(&ctx.keys, opts.families, &written.produced, opts.dry_run).await?;
+    let existing = scan.await??;
+    let swept = sink.sweep(existing, &written.produced, opts.dry_run).await?;
     tracing::info!(
         deleted = swept.deleted.values().sum::<u64>(),
         scanned = swept.scanned,

@@ -8,7 +8,7 @@ mod writer;
 
 pub use pipeline::{build_pipeline, ttl_with_jitter};
 pub use retry::RetryPolicy;
-pub use sweep::SweepOutcome;
+pub use sweep::{Existing, Produced, SweepOutcome, digest};
 pub use writer::{WriteOutcome, run_writer};
 
 use crate::config::{Config, TierSeconds, redact_url};

@@ -1,13 +1,30 @@
-//! After a full rebuild: delete every key of a selected registered family
-//! under the prefix that the rebuild did not produce. One SCAN pass (never
-//! KEYS); keys of unregistered families are never touched.
+//! Stale-key removal after a full rebuild. The scan runs concurrently with
+//! the rebuild (one SCAN pass, never KEYS) and collects the existing keys
+//! of the selected registered families; once every write has succeeded,
+//! the ones the rebuild did not produce are unlinked. Keys of unregistered
+//! families are never collected, so never touched.
 
 use super::{RetryPolicy, SinkError};
 use crate::keys::Keys;
 use crate::plan::FamilySet;
 use crate::registry::FamilyId;
 use redis::aio::ConnectionManager;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
+
+/// A 128-bit digest of a key, so that a million produced keys cost 16
+/// bytes each instead of a string; two independent 64-bit hashes make a
+/// collision (a stale key surviving) practically impossible.
+pub fn digest(key: &str) -> u128 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut a = rustc_hash::FxBuildHasher.build_hasher();
+    a.write(key.as_bytes());
+    let mut b = std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default().build_hasher();
+    b.write(key.as_bytes());
+    (u128::from(a.finish()) << 64) | u128::from(b.finish())
+}
+
+/// The produced keys' digests.
+pub type Produced = rustc_hash::FxHashSet<u128>;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SweepOutcome {
@@ -16,40 +33,59 @@ pub struct SweepOutcome {
     pub scanned: u64,
 }
 
-const SCAN_COUNT: usize = 1000;
-const UNLINK_BATCH: usize = 500;
+/// Existing keys of the selected families, found by [`super::Sink::scan_existing`].
+#[derive(Debug, Default)]
+pub struct Existing {
+    pub keys: Vec<(FamilyId, String)>,
+    pub scanned: u64,
+}
+
+const SCAN_COUNT: usize = 5000;
+const UNLINK_BATCH: usize = 1000;
 
 impl super::Sink {
-    /// Sweeps stale keys. With `dry_run`, only counts them.
-    pub async fn sweep(
-        &self,
-        keys: &Keys,
-        families: FamilySet,
-        produced: &HashSet<String>,
-        dry_run: bool,
-    ) -> Result<SweepOutcome, SinkError> {
+    /// Collects every key under the prefix that belongs to a selected
+    /// registered family.
+    pub async fn scan_existing(&self, keys: &Keys, families: FamilySet) -> Result<Existing, SinkError> {
         let glob = format!("{}*", keys.scan_glob_prefix());
         let mut conn = self.connection();
-        let mut outcome = SweepOutcome::default();
-        let mut doomed: Vec<String> = Vec::new();
+        let mut existing = Existing::default();
         let mut cursor: u64 = 0;
         loop {
             let (next, batch): (u64, Vec<String>) = scan(&self.retry, &mut conn, cursor, &glob).await?;
-            outcome.scanned += batch.len() as u64;
+            existing.scanned += batch.len() as u64;
             for key in batch {
-                let stale = keys.classify(&key).filter(|f| families.contains(*f) && !produced.contains(&key));
-                if let Some(family) = stale {
-                    *outcome.deleted.entry(family).or_default() += 1;
-                    doomed.push(key);
+                if let Some(family) = keys.classify(&key).filter(|f| families.contains(*f)) {
+                    existing.keys.push((family, key));
                 }
-            }
-            if !dry_run && doomed.len() >= UNLINK_BATCH {
-                unlink(&self.retry, &mut conn, &doomed).await?;
-                doomed.clear();
             }
             cursor = next;
             if cursor == 0 {
-                break;
+                return Ok(existing);
+            }
+        }
+    }
+
+    /// Unlinks the existing keys that were not produced; with `dry_run`,
+    /// only counts them.
+    pub async fn sweep(
+        &self,
+        existing: Existing,
+        produced: &Produced,
+        dry_run: bool,
+    ) -> Result<SweepOutcome, SinkError> {
+        let mut outcome = SweepOutcome { scanned: existing.scanned, ..SweepOutcome::default() };
+        let mut conn = self.connection();
+        let mut doomed: Vec<String> = Vec::new();
+        for (family, key) in existing.keys {
+            if produced.contains(&digest(&key)) {
+                continue;
+            }
+            *outcome.deleted.entry(family).or_default() += 1;
+            doomed.push(key);
+            if !dry_run && doomed.len() >= UNLINK_BATCH {
+                unlink(&self.retry, &mut conn, &doomed).await?;
+                doomed.clear();
             }
         }
         if !dry_run && !doomed.is_empty() {
@@ -91,4 +127,17 @@ async fn unlink(retry: &RetryPolicy, conn: &mut ConnectionManager, keys: &[Strin
         })
         .await
         .map_err(|(attempts, source)| SinkError::Write { attempts, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::digest;
+
+    #[test]
+    fn digests_differ_for_different_keys() {
+        let keys: Vec<String> = (0..100_000).map(|i| format!("app:video:detail:{i:024x}")).collect();
+        let set: rustc_hash::FxHashSet<u128> = keys.iter().map(|k| digest(k)).collect();
+        assert_eq!(set.len(), keys.len());
+        assert_eq!(digest("a"), digest("a"));
+    }
 }

@@ -5,14 +5,14 @@ use super::{Sink, SinkError};
 use crate::plan::Op;
 use crate::registry::FamilyId;
 use futures::StreamExt;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 
 /// What the write stage did.
 #[derive(Debug, Default)]
 pub struct WriteOutcome {
-    /// Every key written (or planned, on a dry run).
-    pub produced: HashSet<String>,
+    /// Digests of every key written (or planned, on a dry run).
+    pub produced: super::Produced,
     pub written: BTreeMap<FamilyId, u64>,
     pub ops: u64,
 }
@@ -45,7 +45,7 @@ pub async fn run_writer(
         on_batch(batch.len() as u64);
         for op in batch {
             *outcome.written.entry(op.key.family).or_default() += 1;
-            outcome.produced.insert(op.key.text);
+            outcome.produced.insert(super::digest(&op.key.text));
         }
     }
     Ok(outcome)

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Benchmark of the full rebuild against reading and writing alone.
+#   scripts/bench.sh [VIDEOS] [SEED]      (default 58000 videos, seed 1)
+# Starts its own Redis and SecantusDB on ports 16379 / 27117 so that no
+# other data is touched, generates a fresh data set, then measures:
+#   (a) reading the four collections with the driver, no processing;
+#   (b) writing the rebuild's final keys with pipelining, no reading or
+#       planning (the ops are planned first, untimed, then replayed);
+#   (c) a full rebuild into an empty Redis: wall time, CPU time, peak RSS.
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+VIDEOS="${1:-58000}"
+SEED="${2:-1}"
+REDIS_PORT=16379
+MONGO_PORT=27117
+RUN_DIR="$ROOT/target/bench-servers"
+ensure_redis
+ensure_secantus
+start_redis "$REDIS_PORT"
+start_mongo "$MONGO_PORT"
+cargo build --release --quiet
+BIN="$ROOT/target/release/cachewright"
+OUT="$ROOT/target/bench-$VIDEOS"
+mkdir -p "$OUT"
+export MONGODB_URI="mongodb://127.0.0.1:$MONGO_PORT/?directConnection=true"
+export MONGODB_DB="bench"
+export REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+export CACHEWRIGHT_PREFIX="app:"
+flush() { redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null; }
+
+say "generating $VIDEOS videos (seed $SEED)"
+"$BIN" fixtures generate --videos "$VIDEOS" --seed "$SEED" 2>"$OUT/generate.log"
+flush
+say "(a) read only and (b) write only"
+"$BIN" bench --out "$OUT/parts.json" 2>"$OUT/bench.log"
+flush
+say "(c) full rebuild into an empty Redis"
+"$BIN" rebuild --summary-json "$OUT/rebuild.json" >"$OUT/rebuild.txt" 2>"$OUT/rebuild.log"
+say "(c') full rebuild again, over its own keys (sweep path)"
+"$BIN" rebuild --summary-json "$OUT/rebuild-warm.json" >"$OUT/rebuild-warm.txt" 2>"$OUT/rebuild-warm.log"
+
+python3 - "$OUT" "$VIDEOS" <<'PY'
+import json, sys
+out, videos = sys.argv[1], sys.argv[2]
+p = json.load(open(f"{out}/parts.json"))
+c = json.load(open(f"{out}/rebuild.json"))
+w = json.load(open(f"{out}/rebuild-warm.json"))
+a, b, cw = p["read_seconds"], p["write_seconds"], c["duration_seconds"]
+mib = lambda x: f"{x / 1048576:.1f} MiB"
+print(f"benchmark: {videos} videos, {p['documents']} documents, {p['ops']} keys")
+print(f"(a) read only                  {a:8.2f} s")
+print(f"(b) write only                 {b:8.2f} s")
+print(f"    planning alone             {p['plan_wall_seconds']:8.2f} s wall, {p['plan_cpu_seconds']:.2f} s CPU")
+print(f"(c) full rebuild, empty Redis  {cw:8.2f} s wall, {c['cpu_seconds']:.2f} s CPU, peak RSS {mib(c['peak_rss_bytes'])}")
+print(f"(c') full rebuild, warm        {w['duration_seconds']:8.2f} s wall, {w['cpu_seconds']:.2f} s CPU, peak RSS {mib(w['peak_rss_bytes'])}")
+print(f"c / max(a, b)                  {cw / max(a, b):8.2f}")
+print(f"c / (a + b)                    {cw / (a + b):8.2f}")
+print(f"redis used_memory after        {mib(c['used_memory_after'])}")
+print("keys per family:")
+for fam, n in sorted(p["keys_per_family"].items()):
+    print(f"  {fam:26} {n:9}")
+PY

@@ -162,7 +162,7 @@ async fn rebuild_cmd(global: &GlobalArgs, args: &RebuildArgs) -> anyhow::Result<
     tracing::info!(prefix = %cfg.prefix, mongodb_db = %cfg.mongodb_db, dry_run = args.dry_run, "rebuild started");
     let cpu_before = cachewright::usage::cpu_time();
     let opts = RebuildOptions { families, dry_run: args.dry_run };
-    let summary = rebuild::rebuild(&cfg, &opts, &Progress::auto())
+    let summary = rebuild::rebuild_with_retries(&cfg, &opts, &Progress::auto(), 3)
         .await
         .context("rebuild failed; every key is either as before or fully rewritten, and nothing was swept. Fix the cause and run it again")?;
     print!("{}", summary.render());

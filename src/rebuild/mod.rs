@@ -36,8 +36,46 @@ pub enum RunError {
     Source(#[from] SourceError),
     #[error(transparent)]
     Sink(#[from] SinkError),
+    #[error("Redis restarted during the run (its run_id changed), so keys written before the restart may be gone")]
+    RedisRestarted,
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl RunError {
+    /// Whether running the whole rebuild again may succeed: a server that
+    /// went away and came back, a network fault.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            RunError::Source(e) => e.is_retriable(),
+            RunError::Sink(e) => e.is_retriable(),
+            RunError::RedisRestarted => true,
+            RunError::Internal(_) => false,
+        }
+    }
+}
+
+/// Runs [`rebuild`] up to `attempts` times while it fails for reasons that
+/// may pass (a server restart mid-run). A full rebuild is idempotent, so a
+/// second attempt rewrites whatever the first one lost.
+pub async fn rebuild_with_retries(
+    cfg: &Config,
+    opts: &RebuildOptions,
+    progress: &Progress,
+    attempts: u32,
+) -> Result<RunSummary, RunError> {
+    let mut attempt = 1;
+    loop {
+        match rebuild(cfg, opts, progress).await {
+            Err(err) if attempt < attempts && err.is_retriable() => {
+                let delay = std::time::Duration::from_secs(u64::from(attempt).min(5));
+                tracing::warn!(attempt, error = %err, delay_s = delay.as_secs(), "rebuild failed, running it again");
+                tokio::time::sleep(delay).await;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
 }
 
 impl From<tokio::task::JoinError> for RunError {
@@ -117,6 +155,7 @@ pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -
     let source = Source::connect(cfg).await?;
     let sink = Sink::connect(cfg).await?;
     let memory_before = sink.used_memory().await.ok();
+    let redis_run_id = sink.run_id().await?;
     let ctx = Arc::new(plan_ctx(cfg, opts.families));
 
     // The sweep's scan runs alongside the rebuild; deleting waits for the
@@ -180,6 +219,11 @@ pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -
     let (collections, refs, videos_indexed) = produced?;
 
     let sweep_started = Instant::now();
+    // Redis without persistence forgets everything on a restart; if that
+    // happened mid-run, earlier batches are gone and the run must be redone.
+    if sink.run_id().await? != redis_run_id {
+        return Err(RunError::RedisRestarted);
+    }
     let existing = scan.await??;
     let swept = sink.sweep(existing, &written.produced, opts.dry_run).await?;
     tracing::info!(

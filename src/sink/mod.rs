@@ -40,6 +40,16 @@ pub enum SinkError {
     },
 }
 
+impl SinkError {
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            SinkError::Connect { source, .. } | SinkError::Write { source, .. } | SinkError::Scan { source, .. } => {
+                is_retriable(source)
+            }
+        }
+    }
+}
+
 /// Whether a Redis error may go away by itself: lost connections,
 /// timeouts, a server still loading its data set.
 pub fn is_retriable(err: &redis::RedisError) -> bool {
@@ -123,6 +133,20 @@ impl Sink {
             })
             .await
             .map_err(|(attempts, source)| SinkError::Write { attempts, source })
+    }
+
+    /// The server's `run_id`, which changes when Redis restarts.
+    pub async fn run_id(&self) -> Result<String, SinkError> {
+        let conn = &self.conn;
+        let info: String = self
+            .retry
+            .run(|| {
+                let mut conn = conn.clone();
+                async move { redis::cmd("INFO").arg("server").query_async(&mut conn).await }
+            })
+            .await
+            .map_err(|(attempts, source)| SinkError::Scan { attempts, source })?;
+        Ok(info.lines().find_map(|l| l.strip_prefix("run_id:")).unwrap_or_default().trim().to_string())
     }
 
     /// `used_memory` from INFO memory, in bytes.

@@ -1,0 +1,124 @@
+//! The `cachewright` binary as an operator uses it: help, exit codes,
+//! error messages, summaries. Real servers from the shared harness.
+
+mod common;
+
+use std::process::{Command, Output};
+
+fn cachewright(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cachewright"));
+    cmd.args(args).env_remove("RUST_LOG");
+    for var in [
+        "MONGODB_URI",
+        "MONGODB_DB",
+        "REDIS_URL",
+        "REDIS_PASSWORD",
+        "REDIS_DB",
+        "CACHEWRIGHT_PREFIX",
+        "CACHEWRIGHT_CONFIG",
+    ] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run cachewright")
+}
+
+fn text(out: &[u8]) -> String {
+    String::from_utf8_lossy(out).into_owned()
+}
+
+#[test]
+fn every_command_has_help() {
+    for args in
+        [vec!["--help"], vec!["rebuild", "--help"], vec!["keys", "--help"], vec!["fixtures", "generate", "--help"]]
+    {
+        let out = cachewright(&args, &[]);
+        assert!(out.status.success(), "{args:?}");
+        assert!(text(&out.stdout).contains("Usage: cachewright"), "{args:?}");
+    }
+    let out = cachewright(&["--help"], &[]);
+    assert!(text(&out.stdout).contains("Exit codes"));
+}
+
+#[test]
+fn keys_prints_the_registry_in_three_formats() {
+    let out = cachewright(&["keys", "--format", "json"], &[]);
+    assert!(out.status.success());
+    let items: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(items.len(), 20);
+    assert!(items.iter().any(|i| i["pattern"] == "video:category:index:{categoryId}:videos" && i["type"] == "zset"));
+    let table = text(&cachewright(&["keys"], &[]).stdout);
+    assert!(table.contains("tag:search:{prefix}"));
+    let md = text(&cachewright(&["keys", "--format", "markdown"], &[]).stdout);
+    assert!(md.starts_with("| family |"));
+}
+
+#[test]
+fn bad_configuration_exits_2_with_a_fix_and_no_password() {
+    let out = cachewright(&["rebuild"], &[("CACHEWRIGHT_TTL_JITTER", "lots")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("CACHEWRIGHT_TTL_JITTER = \"lots\" is invalid: use a fraction"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = cachewright(&["rebuild"], &[("REDIS_URL", "http://user:hunter2@example")]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("REDIS_URL") && !err.contains("hunter2"), "{err}");
+
+    let out = cachewright(&["rebuild", "--only", "nope"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("unknown family `nope`"));
+
+    let out = cachewright(&["rebuild", "--no-such-flag"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn unreachable_mongodb_fails_with_exit_1_and_says_what_to_check() {
+    let s = common::shared();
+    let uri = "mongodb://user:s3cret@127.0.0.1:9/?serverSelectionTimeoutMS=300&connectTimeoutMS=300";
+    let out = cachewright(&["rebuild"], &[("MONGODB_URI", uri), ("REDIS_URL", &s.redis.url())]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("cannot connect to MongoDB") && err.contains("check MONGODB_URI"), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+}
+
+#[test]
+fn strict_rebuild_with_rejections_exits_3_after_writing_and_summarising() {
+    let s = common::shared();
+    let name = common::unique("cli");
+    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")));
+    let env = [
+        ("MONGODB_URI", s.mongo.uri()),
+        ("MONGODB_DB", name.clone()),
+        ("REDIS_URL", s.redis.url()),
+        ("CACHEWRIGHT_PREFIX", cfg.prefix.clone()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+
+    let dry = cachewright(&["rebuild", "--dry-run"], &env);
+    assert_eq!(dry.status.code(), Some(0), "{}", text(&dry.stderr));
+    let summary = text(&dry.stdout);
+    assert!(summary.contains("would write") && summary.contains("dry run: nothing written"), "{summary}");
+    assert!(rt.block_on(common::dump(&s.redis.url(), &cfg.prefix)).is_empty());
+
+    let out = cachewright(&["rebuild", "--strict"], &env);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let summary = text(&out.stdout);
+    for part in
+        ["video:detail", "VideoMedia", "duplicate id: 1 (e.g. 65a1b2c3d4e5f6a7b8c9d0e3)", "missing title", "dangling"]
+    {
+        assert!(summary.contains(part), "summary lacks {part:?}:\n{summary}");
+    }
+    assert!(!rt.block_on(common::dump(&s.redis.url(), &cfg.prefix)).is_empty());
+    let out = cachewright(&["rebuild"], &env);
+    assert_eq!(out.status.code(), Some(0));
+}

@@ -85,8 +85,65 @@ pub enum Command {
     /// Test and benchmark data sets
     #[command(subcommand)]
     Fixtures(FixturesCommand),
+    /// Migration day: fold VideoMedia.categoryId into categoryIds, drop legacy channelId, rebuild, verify
+    Migrate(MigrateArgs),
+    /// Compare Redis with what a full rebuild would write; read-only (exit 0 only when all match)
+    Verify(VerifyArgs),
+    /// Memory per key family, Redis used_memory and hit rate, next to the 58K planning estimates
+    Memory(MemoryArgs),
+    /// Delete the registered-family keys under an old prefix: `cachewright purge --prefix OLD`
+    Purge(PurgeArgs),
     /// Measure reading alone, planning alone and writing alone (see scripts/bench.sh)
     Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// Print how many documents each step would change, with samples; write nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Documents per batch
+    #[arg(long, default_value_t = 500, value_name = "N")]
+    pub batch: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Only these families (names or collection groups, as for rebuild --only)
+    #[arg(long, value_delimiter = ',', value_name = "FAMILY,...")]
+    pub only: Vec<String>,
+    /// Sample differences shown per family
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub sample: usize,
+    #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
+    pub format: ReportFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct MemoryArgs {
+    /// Keys sampled per family for MEMORY USAGE
+    #[arg(long, default_value_t = 200, value_name = "N")]
+    pub sample: usize,
+    #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
+    pub format: ReportFormat,
+}
+
+#[derive(Debug, Args)]
+#[command(long_about = "Delete the registered-family keys under an old prefix.\n\n\
+    Give the old prefix with the global --prefix flag: `cachewright purge --prefix app: --dry-run`. \
+    The active data prefix (CACHEWRIGHT_PREFIX or the config file) is refused, and keys under the old \
+    prefix that belong to no registered family (including those of a newer prefix nested inside it) \
+    are left alone.")]
+pub struct PurgeArgs {
+    /// Count what would be deleted; delete nothing
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormat {
+    Table,
+    Json,
 }
 
 #[derive(Debug, Args)]
@@ -115,8 +172,11 @@ pub struct KeysArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum KeysFormat {
     Table,
+    /// The readers' reference, docs/CACHE_SEMANTICS.md
     Markdown,
     Json,
+    /// Key constructors and payload interfaces, docs/cache-keys.ts
+    Typescript,
 }
 
 #[derive(Debug, Subcommand)]

@@ -17,9 +17,11 @@
 //! - [`bench`]: the read-only / write-only measurements;
 //! - [`cli`], [`progress`], [`table`], [`usage`]: operator-facing glue.
 
+pub mod admin;
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod docs;
 pub mod fixtures;
 pub mod generate;
 pub mod keys;

@@ -2,8 +2,10 @@
 //! printed with their causes (`{:#}`) and mapped to exit codes.
 
 use anyhow::Context;
+use cachewright::admin;
 use cachewright::cli::{
-    BenchArgs, Cli, Command, FixturesCommand, GlobalArgs, KeysArgs, KeysFormat, LogFormat, RebuildArgs,
+    BenchArgs, Cli, Command, FixturesCommand, GlobalArgs, KeysArgs, KeysFormat, LogFormat, MemoryArgs, MigrateArgs,
+    PurgeArgs, RebuildArgs, ReportFormat, VerifyArgs,
 };
 use cachewright::config::{Config, ConfigError};
 use cachewright::progress::Progress;
@@ -106,7 +108,94 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(args) => bench(&cli.global, &args).await,
+        Command::Migrate(args) => migrate(&cli.global, &args).await,
+        Command::Verify(args) => verify(&cli.global, &args).await,
+        Command::Memory(args) => memory(&cli.global, &args).await,
+        Command::Purge(args) => purge(&cli.global, &args).await,
     }
+}
+
+async fn migrate(global: &GlobalArgs, args: &MigrateArgs) -> anyhow::Result<ExitCode> {
+    let cfg = load_config(global)?;
+    let source = cachewright::source::Source::connect(&cfg).await?;
+    let progress = Progress::auto();
+    let steps =
+        admin::migrate::migrate(source.database(), &cfg.collections, args.batch.max(1), args.dry_run, &progress)
+            .await
+            .context("migration failed; it is safe to run `cachewright migrate` again, it resumes where it stopped")?;
+    print!("{}", admin::migrate::render(&steps, args.dry_run));
+    if args.dry_run {
+        return Ok(ExitCode::SUCCESS);
+    }
+    tracing::info!(trigger = "migration", "data steps done, running a full rebuild");
+    let opts = RebuildOptions { families: cachewright::plan::FamilySet::all(), dry_run: false };
+    let summary =
+        rebuild::rebuild_with_retries(&cfg, &opts, &progress, 3).await.context("rebuild after migration failed")?;
+    println!();
+    print!("{}", summary.render());
+    let report = admin::verify::verify(&cfg, cachewright::plan::FamilySet::all(), 3, &progress).await?;
+    println!();
+    print!("{}", report.render());
+    Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
+}
+
+async fn verify(global: &GlobalArgs, args: &VerifyArgs) -> anyhow::Result<ExitCode> {
+    let cfg = load_config(global)?;
+    let families = match cachewright::cli::parse_only(&args.only) {
+        Ok(f) => f,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+    };
+    let report =
+        admin::verify::verify(&cfg, families, args.sample, &Progress::auto()).await.context("verify could not run")?;
+    match args.format {
+        ReportFormat::Table => print!("{}", report.render()),
+        ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
+}
+
+async fn memory(global: &GlobalArgs, args: &MemoryArgs) -> anyhow::Result<ExitCode> {
+    let cfg = load_config(global)?;
+    let sink = cachewright::sink::Sink::connect(&cfg).await?;
+    let keys = cachewright::keys::Keys::new(cfg.prefix.clone());
+    let report = admin::memory::measure(&sink, &keys, args.sample.max(1)).await?;
+    match args.format {
+        ReportFormat::Table => print!("{}", report.render()),
+        ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn purge(global: &GlobalArgs, args: &PurgeArgs) -> anyhow::Result<ExitCode> {
+    let Some(old) = global.prefix.clone() else {
+        eprintln!("error: purge needs the old prefix: cachewright purge --prefix OLD [--dry-run]");
+        return Ok(ExitCode::from(EXIT_USAGE));
+    };
+    // The active prefix is the one configured without the flag.
+    let mut flags = global.raw_config();
+    flags.prefix = None;
+    let active = Config::load(flags, global.config.as_deref(), |k| std::env::var(k).ok())?;
+    if old == active.prefix {
+        eprintln!(
+            "error: refusing to purge {old:?}: it is the active data prefix. Point CACHEWRIGHT_PREFIX at the new prefix first"
+        );
+        return Ok(ExitCode::from(EXIT_USAGE));
+    }
+    let cfg = load_config(global)?;
+    let sink = cachewright::sink::Sink::connect(&cfg).await?;
+    let counts = admin::purge::purge(&sink, &old, args.dry_run, &Progress::auto()).await.context("purge failed")?;
+    let rows: Vec<Vec<String>> = counts.iter().map(|(f, n)| vec![f.name().to_string(), n.to_string()]).collect();
+    let header = ["family", if args.dry_run { "would delete" } else { "deleted" }];
+    print!("{}", table::render(&header, &rows, &[1]));
+    println!(
+        "{} keys under {old:?}{}",
+        counts.values().sum::<u64>(),
+        if args.dry_run { " (dry run)" } else { " deleted" }
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn keys(args: &KeysArgs) -> anyhow::Result<ExitCode> {
@@ -127,7 +216,8 @@ fn keys(args: &KeysArgs) -> anyhow::Result<ExitCode> {
     let header = ["family", "pattern", "type", "ttl tier", "meaning"];
     match args.format {
         KeysFormat::Table => print!("{}", table::render(&header, &rows, &[])),
-        KeysFormat::Markdown => print!("{}", table::markdown(&header, &rows)),
+        KeysFormat::Markdown => print!("{}", cachewright::docs::markdown()),
+        KeysFormat::Typescript => print!("{}", cachewright::docs::typescript()),
         KeysFormat::Json => {
             let items: Vec<serde_json::Value> = reg
                 .families()
@@ -141,6 +231,8 @@ fn keys(args: &KeysArgs) -> anyhow::Result<ExitCode> {
                         "tier": f.tier.as_str(),
                         "ttl_seconds": f.tier.default_seconds(),
                         "meaning": f.meaning,
+                        "payload": f.payload,
+                        "invalidated_by": f.invalidated_by,
                     })
                 })
                 .collect();

@@ -31,6 +31,10 @@ pub struct Family {
     pub redis_type: RedisType,
     pub tier: Tier,
     pub meaning: String,
+    /// The value's shape, for the readers' docs.
+    pub payload: String,
+    /// Which source changes touch this family's keys.
+    pub invalidated_by: Vec<String>,
 }
 
 impl Family {
@@ -103,6 +107,8 @@ struct RawFamily {
     redis_type: RedisType,
     tier: Tier,
     meaning: String,
+    payload: String,
+    invalidated_by: Vec<String>,
 }
 
 impl Registry {
@@ -142,6 +148,8 @@ impl Registry {
                     redis_type: raw.redis_type,
                     tier: raw.tier,
                     meaning: raw.meaning,
+                    payload: raw.payload,
+                    invalidated_by: raw.invalidated_by,
                 });
             }
             home_sections.extend(spec.home_section);
@@ -205,7 +213,7 @@ mod tests {
             assert_eq!(family.id, *id);
             assert_eq!(family.pattern.to_string(), family.pattern.raw());
         }
-        let extra = "collection = \"x\"\n[[family]]\nname = \"x:y\"\npattern = \"x:y\"\ntype = \"string\"\ntier = \"count\"\nmeaning = \"m\"\n";
+        let extra = "collection = \"x\"\n[[family]]\nname = \"x:y\"\npattern = \"x:y\"\ntype = \"string\"\ntier = \"count\"\nmeaning = \"m\"\npayload = \"p\"\ninvalidated_by = []\n";
         let err = Registry::load(&[("extra.toml", extra)]).unwrap_err();
         assert!(matches!(err, RegistryError::UnknownFamily { .. }), "{err}");
     }
@@ -237,6 +245,7 @@ mod tests {
     fn every_data_family_has_a_ttl_tier() {
         for family in Registry::get().families() {
             assert!(Tier::ALL.contains(&family.tier), "{}", family.name());
+            assert!(!family.payload.is_empty() && !family.invalidated_by.is_empty(), "{} lacks docs", family.name());
         }
     }
 

@@ -1,11 +1,13 @@
 //! The Redis edge: pipelined, atomic writes with tier TTLs and jitter,
 //! retries with backoff, and the sweep of keys a rebuild did not produce.
 
+mod inspect;
 mod pipeline;
 mod retry;
 mod sweep;
 mod writer;
 
+pub use inspect::{Inspected, Observed};
 pub use pipeline::{build_pipeline, ttl_with_jitter};
 pub use retry::RetryPolicy;
 pub use sweep::{Existing, Produced, SweepOutcome, digest};

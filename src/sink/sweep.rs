@@ -75,7 +75,6 @@ impl super::Sink {
         dry_run: bool,
     ) -> Result<SweepOutcome, SinkError> {
         let mut outcome = SweepOutcome { scanned: existing.scanned, ..SweepOutcome::default() };
-        let mut conn = self.connection();
         let mut doomed: Vec<String> = Vec::new();
         for (family, key) in existing.keys {
             if produced.contains(&digest(&key)) {
@@ -84,12 +83,12 @@ impl super::Sink {
             *outcome.deleted.entry(family).or_default() += 1;
             doomed.push(key);
             if !dry_run && doomed.len() >= UNLINK_BATCH {
-                unlink(&self.retry, &mut conn, &doomed).await?;
+                self.unlink(&doomed).await?;
                 doomed.clear();
             }
         }
         if !dry_run && !doomed.is_empty() {
-            unlink(&self.retry, &mut conn, &doomed).await?;
+            self.unlink(&doomed).await?;
         }
         Ok(outcome)
     }
@@ -117,16 +116,6 @@ async fn scan(
         })
         .await
         .map_err(|(attempts, source)| SinkError::Scan { attempts, source })
-}
-
-async fn unlink(retry: &RetryPolicy, conn: &mut ConnectionManager, keys: &[String]) -> Result<(), SinkError> {
-    retry
-        .run(|| {
-            let mut conn = conn.clone();
-            async move { redis::cmd("UNLINK").arg(keys).query_async::<()>(&mut conn).await }
-        })
-        .await
-        .map_err(|(attempts, source)| SinkError::Write { attempts, source })
 }
 
 #[cfg(test)]

@@ -69,7 +69,7 @@ pub fn folded_category_ids(doc: &Document) -> Option<Option<Vec<Bson>>> {
 }
 
 fn sample_id(doc: &Document) -> String {
-    doc.get("_id").map(|id| written(id)).unwrap_or_else(|| "<none>".into())
+    doc.get("_id").map(written).unwrap_or_else(|| "<none>".into())
 }
 
 async fn samples(db: &Database, collection: &str, filter: Document) -> Result<Vec<String>, MigrateError> {

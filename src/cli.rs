@@ -93,8 +93,22 @@ pub enum Command {
     Memory(MemoryArgs),
     /// Delete the registered-family keys under an old prefix: `cachewright purge --prefix OLD`
     Purge(PurgeArgs),
+    /// Recent runs, one run with its builders, or live progress (--follow)
+    Status(StatusArgs),
     /// Measure reading alone, planning alone and writing alone (see scripts/bench.sh)
     Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// A run id (16 hex characters) to show in detail
+    pub run_id: Option<String>,
+    /// Print live progress messages from pub/sub (until the run ends, with RUN_ID)
+    #[arg(long)]
+    pub follow: bool,
+    /// How many recent runs to list
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
 }
 
 #[derive(Debug, Args)]

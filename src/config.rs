@@ -64,6 +64,7 @@ pub struct RawConfig {
     pub read_batch_size: Option<u32>,
     pub write_batch_ops: Option<usize>,
     pub write_concurrency: Option<usize>,
+    pub lease_seconds: Option<u64>,
     #[serde(default)]
     pub collections: RawCollections,
     #[serde(default)]
@@ -124,6 +125,7 @@ impl RawConfig {
             read_batch_size: parse(&get, "CACHEWRIGHT_READ_BATCH_SIZE", "use a positive number such as 2000")?,
             write_batch_ops: parse(&get, "CACHEWRIGHT_WRITE_BATCH_OPS", "use a positive number such as 1000")?,
             write_concurrency: parse(&get, "CACHEWRIGHT_WRITE_CONCURRENCY", "use a positive number such as 4")?,
+            lease_seconds: parse(&get, "CACHEWRIGHT_LEASE_SECONDS", "use whole seconds such as 30")?,
             collections: RawCollections {
                 channel: get("CACHEWRIGHT_COLLECTION_CHANNEL"),
                 category: get("CACHEWRIGHT_COLLECTION_CATEGORY"),
@@ -154,6 +156,7 @@ impl RawConfig {
         take_over!(self, low, read_batch_size);
         take_over!(self, low, write_batch_ops);
         take_over!(self, low, write_concurrency);
+        take_over!(self, low, lease_seconds);
         take_over!(self, low, collections.channel);
         take_over!(self, low, collections.category);
         take_over!(self, low, collections.tag);
@@ -212,6 +215,8 @@ pub struct Config {
     pub read_batch_size: u32,
     pub write_batch_ops: usize,
     pub write_concurrency: usize,
+    /// The rebuild lease's lifetime; it is renewed every third of it.
+    pub lease_seconds: u64,
 }
 
 impl std::fmt::Debug for Config {
@@ -350,6 +355,7 @@ impl Config {
             read_batch_size: raw.read_batch_size.unwrap_or(2000).max(1),
             write_batch_ops: positive(raw.write_batch_ops, 1000, "CACHEWRIGHT_WRITE_BATCH_OPS")?,
             write_concurrency: positive(raw.write_concurrency, 4, "CACHEWRIGHT_WRITE_CONCURRENCY")?,
+            lease_seconds: positive(raw.lease_seconds.map(|s| s as usize), 30, "CACHEWRIGHT_LEASE_SECONDS")? as u64,
             mongodb_uri,
             mongodb_db,
             redis_url,

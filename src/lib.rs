@@ -32,5 +32,6 @@ pub mod rebuild;
 pub mod registry;
 pub mod sink;
 pub mod source;
+pub mod status;
 pub mod table;
 pub mod usage;

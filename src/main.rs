@@ -5,7 +5,7 @@ use anyhow::Context;
 use cachewright::admin;
 use cachewright::cli::{
     BenchArgs, Cli, Command, FixturesCommand, GlobalArgs, KeysArgs, KeysFormat, LogFormat, MemoryArgs, MigrateArgs,
-    PurgeArgs, RebuildArgs, ReportFormat, VerifyArgs,
+    PurgeArgs, RebuildArgs, ReportFormat, StatusArgs, VerifyArgs,
 };
 use cachewright::config::{Config, ConfigError};
 use cachewright::progress::Progress;
@@ -112,7 +112,38 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Verify(args) => verify(&cli.global, &args).await,
         Command::Memory(args) => memory(&cli.global, &args).await,
         Command::Purge(args) => purge(&cli.global, &args).await,
+        Command::Status(args) => status(&cli.global, &args).await,
     }
+}
+
+async fn status(global: &GlobalArgs, args: &StatusArgs) -> anyhow::Result<ExitCode> {
+    use cachewright::status::show;
+    let cfg = load_config(global)?;
+    let keys = cachewright::keys::status::StatusKeys::new(cfg.status_prefix.clone());
+    let sink = cachewright::sink::Sink::connect(&cfg).await?;
+    let mut conn = sink.connection();
+    if args.follow {
+        let client = cachewright::sink::client(&cfg)?;
+        show::follow(client, &keys, args.run_id.as_deref()).await.context("following progress failed")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    match &args.run_id {
+        Some(id) => {
+            let (job, builders) = show::run_detail(&mut conn, &keys, id).await?;
+            if job.is_empty() {
+                eprintln!("error: no run {id:?} (job hashes live 24 hours); `cachewright status` lists recent runs");
+                return Ok(ExitCode::from(EXIT_FAILED));
+            }
+            print!("{}", show::render_detail(&job, &builders));
+        }
+        None => {
+            let runs = show::recent_runs(&mut conn, &keys, args.limit).await?;
+            print!("{}", show::render_runs(&runs));
+            let total: Option<String> = redis::cmd("GET").arg(keys.total_jobs()).query_async(&mut conn).await?;
+            println!("total jobs: {}", total.unwrap_or_else(|| "0".into()));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn migrate(global: &GlobalArgs, args: &MigrateArgs) -> anyhow::Result<ExitCode> {
@@ -128,7 +159,7 @@ async fn migrate(global: &GlobalArgs, args: &MigrateArgs) -> anyhow::Result<Exit
         return Ok(ExitCode::SUCCESS);
     }
     tracing::info!(trigger = "migration", "data steps done, running a full rebuild");
-    let opts = RebuildOptions { families: cachewright::plan::FamilySet::all(), dry_run: false };
+    let opts = RebuildOptions::full().trigger(cachewright::status::Trigger::Migration);
     let summary =
         rebuild::rebuild_with_retries(&cfg, &opts, &progress, 3).await.context("rebuild after migration failed")?;
     println!();
@@ -253,7 +284,8 @@ async fn rebuild_cmd(global: &GlobalArgs, args: &RebuildArgs) -> anyhow::Result<
     };
     tracing::info!(prefix = %cfg.prefix, mongodb_db = %cfg.mongodb_db, dry_run = args.dry_run, "rebuild started");
     let cpu_before = cachewright::usage::cpu_time();
-    let opts = RebuildOptions { families, dry_run: args.dry_run };
+    let mut opts = RebuildOptions::only(families);
+    opts.dry_run = args.dry_run;
     let summary = rebuild::rebuild_with_retries(&cfg, &opts, &Progress::auto(), 3)
         .await
         .context("rebuild failed; every key is either as before or fully rewritten, and nothing was swept. Fix the cause and run it again")?;

@@ -11,7 +11,7 @@ use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
 use std::process::Command;
 
 fn all() -> RebuildOptions {
-    RebuildOptions { families: FamilySet::all(), dry_run: false }
+    RebuildOptions::full()
 }
 
 /// Legacy, mixed and already-migrated videos, plus categories and tags
@@ -69,7 +69,7 @@ async fn migrate_folds_legacy_ids_once_and_resumes_after_a_kill() {
     let source = cachewright::source::Source::connect(&cfg).await.unwrap();
     let db = source.database();
 
-    let dry = migrate::migrate(db, &cfg.collections, 100, true, &Progress::Hidden).await.unwrap();
+    let dry = migrate::migrate(db, &cfg.collections, 100, true, &Progress::hidden()).await.unwrap();
     assert_eq!(dry[0].matched, 3004);
     assert_eq!(dry[0].changed, 0);
     assert_eq!(dry[1].matched, 1);
@@ -98,7 +98,7 @@ async fn migrate_folds_legacy_ids_once_and_resumes_after_a_kill() {
     let left = videos(&cfg).await.iter().filter(|d| d.contains_key("categoryId")).count();
     assert!(left > 0, "the migration finished before it could be killed");
 
-    let done = migrate::migrate(db, &cfg.collections, 100, false, &Progress::Hidden).await.unwrap();
+    let done = migrate::migrate(db, &cfg.collections, 100, false, &Progress::hidden()).await.unwrap();
     assert_eq!(done[0].changed as usize, left);
     let docs = videos(&cfg).await;
     assert!(docs.iter().all(|d| !d.contains_key("categoryId")));
@@ -110,7 +110,7 @@ async fn migrate_folds_legacy_ids_once_and_resumes_after_a_kill() {
     assert_eq!(by_id("v00001").get_array("categoryIds").unwrap(), &vec![Bson::from("c2")]);
 
     // A second run changes nothing.
-    let again = migrate::migrate(db, &cfg.collections, 100, false, &Progress::Hidden).await.unwrap();
+    let again = migrate::migrate(db, &cfg.collections, 100, false, &Progress::hidden()).await.unwrap();
     assert!(again.iter().all(|r| r.matched == 0 && r.changed == 0), "{again:?}");
     assert_eq!(videos(&cfg).await, docs);
     let cats: Vec<Document> =
@@ -124,8 +124,8 @@ async fn verify_is_clean_after_a_rebuild_and_catches_each_kind_of_drift() {
     let name = common::unique("verify");
     let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
-    rebuild(&cfg, &all(), &Progress::Hidden).await.unwrap();
-    let clean = verify::verify(&cfg, FamilySet::all(), 3, &Progress::Hidden).await.unwrap();
+    rebuild(&cfg, &all(), &Progress::hidden()).await.unwrap();
+    let clean = verify::verify(&cfg, FamilySet::all(), 3, &Progress::hidden()).await.unwrap();
     assert!(clean.ok(), "{}", clean.render());
 
     let p = &cfg.prefix;
@@ -155,7 +155,7 @@ async fn verify_is_clean_after_a_rebuild_and_catches_each_kind_of_drift() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let drift = verify::verify(&cfg, FamilySet::all(), 3, &Progress::Hidden).await.unwrap();
+    let drift = verify::verify(&cfg, FamilySet::all(), 3, &Progress::hidden()).await.unwrap();
     assert!(!drift.ok());
     let family = |n: &str| drift.families.iter().find(|f| f.family == n).unwrap().clone();
     assert_eq!(family("category:by-id").missing, 1);
@@ -167,7 +167,7 @@ async fn verify_is_clean_after_a_rebuild_and_catches_each_kind_of_drift() {
     let text = drift.render();
     assert!(text.contains("wrong value") && text.contains("Edited"), "{text}");
 
-    let only = verify::verify(&cfg, cachewright::cli::parse_only(&["channel".into()]).unwrap(), 3, &Progress::Hidden)
+    let only = verify::verify(&cfg, cachewright::cli::parse_only(&["channel".into()]).unwrap(), 3, &Progress::hidden())
         .await
         .unwrap();
     assert!(only.ok(), "{}", only.render());
@@ -179,7 +179,7 @@ async fn purge_deletes_only_registered_keys_under_the_old_prefix() {
     let name = common::unique("purge");
     let old = common::config(&s.mongo.uri(), &s.redis.url(), &name);
     common::load_fixtures(&old, &common::fixture_dir("edge-cases")).await;
-    rebuild(&old, &all(), &Progress::Hidden).await.unwrap();
+    rebuild(&old, &all(), &Progress::hidden()).await.unwrap();
     // The new layout lives under a prefix nested in the old one.
     let mut raw = cachewright::config::RawConfig {
         mongodb_uri: Some(s.mongo.uri()),
@@ -191,7 +191,7 @@ async fn purge_deletes_only_registered_keys_under_the_old_prefix() {
     };
     raw.home_limit = Some(3);
     let new = cachewright::config::Config::from_raw(raw).unwrap();
-    rebuild(&new, &all(), &Progress::Hidden).await.unwrap();
+    rebuild(&new, &all(), &Progress::hidden()).await.unwrap();
     let mut conn = common::redis_conn(&s.redis.url()).await;
     let unregistered = format!("{}session:abc", old.prefix);
     let _: () = redis::cmd("SET").arg(&unregistered).arg("1").query_async(&mut conn).await.unwrap();
@@ -199,9 +199,9 @@ async fn purge_deletes_only_registered_keys_under_the_old_prefix() {
     let old_count = common::dump(&s.redis.url(), &old.prefix).await.len() - before_new.len() - 1;
 
     let sink = cachewright::sink::Sink::connect(&old).await.unwrap();
-    let dry = purge::purge(&sink, &old.prefix, true, &Progress::Hidden).await.unwrap();
+    let dry = purge::purge(&sink, &old.prefix, true, &Progress::hidden()).await.unwrap();
     assert_eq!(dry.values().sum::<u64>() as usize, old_count);
-    let counts = purge::purge(&sink, &old.prefix, false, &Progress::Hidden).await.unwrap();
+    let counts = purge::purge(&sink, &old.prefix, false, &Progress::hidden()).await.unwrap();
     assert_eq!(counts.values().sum::<u64>() as usize, old_count);
 
     let left = common::dump(&s.redis.url(), &old.prefix).await;

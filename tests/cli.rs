@@ -52,7 +52,7 @@ fn keys_prints_the_registry_in_three_formats() {
     let table = text(&cachewright(&["keys"], &[]).stdout);
     assert!(table.contains("tag:search:{prefix}"));
     let md = text(&cachewright(&["keys", "--format", "markdown"], &[]).stdout);
-    assert!(md.starts_with("| family |"));
+    assert!(md.starts_with("# Cache semantics") && md.contains("| `tag:search` |"), "{md}");
 }
 
 #[test]
@@ -82,7 +82,9 @@ fn bad_configuration_exits_2_with_a_fix_and_no_password() {
 fn unreachable_mongodb_fails_with_exit_1_and_says_what_to_check() {
     let s = common::shared();
     let uri = "mongodb://user:s3cret@127.0.0.1:9/?serverSelectionTimeoutMS=300&connectTimeoutMS=300";
-    let out = cachewright(&["rebuild"], &[("MONGODB_URI", uri), ("REDIS_URL", &s.redis.url())]);
+    let status_prefix = format!("cw-{}:", common::unique("unreachable"));
+    let env = [("MONGODB_URI", uri), ("REDIS_URL", &s.redis.url()), ("CACHEWRIGHT_STATUS_PREFIX", &status_prefix)];
+    let out = cachewright(&["rebuild"], &env);
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(err.contains("cannot connect to MongoDB") && err.contains("check MONGODB_URI"), "{err}");
@@ -101,6 +103,7 @@ fn strict_rebuild_with_rejections_exits_3_after_writing_and_summarising() {
         ("MONGODB_DB", name.clone()),
         ("REDIS_URL", s.redis.url()),
         ("CACHEWRIGHT_PREFIX", cfg.prefix.clone()),
+        ("CACHEWRIGHT_STATUS_PREFIX", cfg.status_prefix.clone()),
     ];
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
 

@@ -10,7 +10,7 @@ use cachewright::registry::{FamilyId, Registry};
 use common::render::Content;
 
 fn all() -> RebuildOptions {
-    RebuildOptions { families: FamilySet::all(), dry_run: false }
+    RebuildOptions::full()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -19,7 +19,7 @@ async fn edge_cases_land_in_redis_exactly_as_the_golden_file_says() {
     let name = common::unique("golden");
     let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
-    let summary = rebuild(&cfg, &all(), &Progress::Hidden).await.expect("rebuild");
+    let summary = rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild");
     assert_eq!(summary.rejected_total(), 11);
 
     let dump = common::dump(&s.redis.url(), &cfg.prefix).await;
@@ -58,7 +58,7 @@ async fn sweep_deletes_stale_family_keys_and_nothing_else() {
     for (key, _) in &planted {
         let _: () = redis::cmd("SET").arg(key).arg("stale").query_async(&mut conn).await.unwrap();
     }
-    let summary = rebuild(&cfg, &all(), &Progress::Hidden).await.expect("rebuild");
+    let summary = rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild");
     assert_eq!(summary.deleted_total(), 3);
     assert_eq!(summary.deleted.get(&FamilyId::VideoDetail), Some(&1));
     for (key, swept) in &planted {
@@ -73,7 +73,7 @@ async fn sweep_deletes_stale_family_keys_and_nothing_else() {
         .update_one(mongodb::bson::doc! {"_id": "c2"}, mongodb::bson::doc! {"$set": {"status": 0}})
         .await
         .unwrap();
-    rebuild(&cfg, &all(), &Progress::Hidden).await.expect("rebuild");
+    rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild");
     let dump = common::dump(&s.redis.url(), p).await;
     for key in dump.keys() {
         let rest = key.strip_prefix(p.as_str()).unwrap();
@@ -90,8 +90,8 @@ async fn only_and_dry_run_touch_what_they_say() {
     let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
 
-    let dry = RebuildOptions { families: FamilySet::all(), dry_run: true };
-    let summary = rebuild(&cfg, &dry, &Progress::Hidden).await.expect("dry run");
+    let dry = RebuildOptions::full().dry_run();
+    let summary = rebuild(&cfg, &dry, &Progress::hidden()).await.expect("dry run");
     assert!(summary.written_total() > 100);
     assert!(common::dump(&s.redis.url(), &cfg.prefix).await.is_empty(), "dry run wrote keys");
 
@@ -99,7 +99,7 @@ async fn only_and_dry_run_touch_what_they_say() {
     let mut conn = common::redis_conn(&s.redis.url()).await;
     let stale_detail = format!("{}video:detail:old", cfg.prefix);
     let _: () = redis::cmd("SET").arg(&stale_detail).arg("x").query_async(&mut conn).await.unwrap();
-    rebuild(&cfg, &RebuildOptions { families: tags, dry_run: false }, &Progress::Hidden).await.expect("rebuild");
+    rebuild(&cfg, &RebuildOptions::only(tags), &Progress::hidden()).await.expect("rebuild");
     let dump = common::dump(&s.redis.url(), &cfg.prefix).await;
     let keys = cachewright::keys::Keys::new(cfg.prefix.clone());
     for key in dump.keys().filter(|k| **k != stale_detail) {
@@ -118,7 +118,7 @@ async fn readers_never_see_a_collection_key_missing_or_partial() {
     let source = cachewright::source::Source::connect(&cfg).await.unwrap();
     let shape = cachewright::generate::Shape { channels: 3, categories: 4, tags: 20, videos: 3000 };
     cachewright::generate::generate(source.database(), &cfg.collections, shape, 5, |_| {}).await.unwrap();
-    rebuild(&cfg, &all(), &Progress::Hidden).await.expect("first rebuild");
+    rebuild(&cfg, &all(), &Progress::hidden()).await.expect("first rebuild");
 
     // The biggest category list: a reader polls it during more rebuilds.
     let dump = common::dump(&s.redis.url(), &cfg.prefix).await;
@@ -155,7 +155,7 @@ async fn readers_never_see_a_collection_key_missing_or_partial() {
         })
     };
     for _ in 0..3 {
-        rebuild(&cfg, &all(), &Progress::Hidden).await.expect("rebuild");
+        rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild");
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let reads = reader.await.expect("reader saw only whole keys");
@@ -170,7 +170,7 @@ async fn streaming_rebuild_writes_what_the_in_memory_planner_plans() {
     let source = cachewright::source::Source::connect(&cfg).await.unwrap();
     let shape = cachewright::generate::Shape { channels: 5, categories: 40, tags: 200, videos: 6000 };
     cachewright::generate::generate(source.database(), &cfg.collections, shape, 9, |_| {}).await.unwrap();
-    rebuild(&cfg, &all(), &Progress::Hidden).await.expect("rebuild");
+    rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild");
 
     let c = &cfg.collections;
     let mut raw = Vec::new();

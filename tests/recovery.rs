@@ -50,10 +50,10 @@ async fn redis_restart_mid_run_is_detected_and_the_run_redone() {
     let cfg = common::config(&mongo.uri(), &redis.url(), &name);
     generate(&cfg, 30_000).await;
 
-    let opts = RebuildOptions { families: FamilySet::all(), dry_run: false };
+    let opts = RebuildOptions::full();
     let run = {
         let cfg = cfg.clone();
-        tokio::spawn(async move { rebuild_with_retries(&cfg, &opts, &Progress::Hidden, 3).await })
+        tokio::spawn(async move { rebuild_with_retries(&cfg, &opts, &Progress::hidden(), 3).await })
     };
     wait_for_writes(&redis.url()).await;
     redis.restart();
@@ -72,10 +72,10 @@ async fn mongodb_restart_mid_run_is_survived() {
     let cfg = common::config(&mongo.uri(), &redis.url(), &name);
     generate(&cfg, 30_000).await;
 
-    let opts = RebuildOptions { families: FamilySet::all(), dry_run: false };
+    let opts = RebuildOptions::full();
     let run = {
         let cfg = cfg.clone();
-        tokio::spawn(async move { rebuild_with_retries(&cfg, &opts, &Progress::Hidden, 4).await })
+        tokio::spawn(async move { rebuild_with_retries(&cfg, &opts, &Progress::hidden(), 4).await })
     };
     // Writes start while videos are still being read.
     for _ in 0..2000 {

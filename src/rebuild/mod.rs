@@ -12,12 +12,14 @@ pub use summary::RunSummary;
 
 use crate::config::Config;
 use crate::keys::Keys;
+use crate::keys::status::StatusKeys;
 use crate::model::catalog::Catalog;
 use crate::model::report::{CollectionReport, RefReport};
 use crate::plan::{self, FamilySet, Op, PlanCtx};
 use crate::progress::Progress;
 use crate::sink::{self, Sink, SinkError};
 use crate::source::{Source, SourceError};
+use crate::status::{JobReporter, Lease, Trigger};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -26,6 +28,28 @@ use tokio::sync::mpsc;
 pub struct RebuildOptions {
     pub families: FamilySet,
     pub dry_run: bool,
+    pub trigger: Trigger,
+}
+
+impl RebuildOptions {
+    /// A manual run of every family.
+    pub fn full() -> RebuildOptions {
+        RebuildOptions { families: FamilySet::all(), dry_run: false, trigger: Trigger::Manual }
+    }
+
+    pub fn only(families: FamilySet) -> RebuildOptions {
+        RebuildOptions { families, ..RebuildOptions::full() }
+    }
+
+    pub fn dry_run(mut self) -> RebuildOptions {
+        self.dry_run = true;
+        self
+    }
+
+    pub fn trigger(mut self, trigger: Trigger) -> RebuildOptions {
+        self.trigger = trigger;
+        self
+    }
 }
 
 /// Why a run failed. Every key is then either old or new: batches are
@@ -36,6 +60,8 @@ pub enum RunError {
     Source(#[from] SourceError),
     #[error(transparent)]
     Sink(#[from] SinkError),
+    #[error(transparent)]
+    Lease(#[from] crate::status::LeaseError),
     #[error("Redis restarted during the run (its run_id changed), so keys written before the restart may be gone")]
     RedisRestarted,
     #[error("internal error: {0}")]
@@ -50,6 +76,7 @@ impl RunError {
             RunError::Source(e) => e.is_retriable(),
             RunError::Sink(e) => e.is_retriable(),
             RunError::RedisRestarted => true,
+            RunError::Lease(_) => false,
             RunError::Internal(_) => false,
         }
     }
@@ -150,10 +177,48 @@ pub async fn read_catalog(
 }
 
 /// Runs one full rebuild (or dry run) and returns its summary.
+///
+/// A real run holds the rebuild lease for its whole duration and reports
+/// itself in the job status keys; a dry run does neither.
 pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -> Result<RunSummary, RunError> {
+    let sink = Sink::connect(cfg).await?;
+    if opts.dry_run {
+        return run_pipeline(cfg, opts, progress, &sink, None).await;
+    }
+    let status = StatusKeys::new(cfg.status_prefix.clone());
+    let lease =
+        Lease::acquire(sink.connection(), status.rebuild_lock(), std::time::Duration::from_secs(cfg.lease_seconds))
+            .await?;
+    let mut reporter = JobReporter::start(sink.connection(), status, opts.trigger).await;
+    tracing::info!(run_id = %reporter.run_id, trigger = %opts.trigger, "run registered");
+    let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
+    let reporting = tokio::spawn(async move {
+        while let Some(event) = events_rx.recv().await {
+            reporter.progress(&event).await;
+        }
+        reporter
+    });
+    let result = run_pipeline(cfg, opts, &progress.with_events(events_tx), &sink, Some(lease.held_flag())).await;
+    let reporter = reporting.await?;
+    match &result {
+        Ok(summary) => {
+            reporter.complete(summary.written_total(), summary.deleted_total(), summary.rejected_total()).await
+        }
+        Err(err) => reporter.fail(&err.to_string()).await,
+    }
+    lease.release().await;
+    result
+}
+
+async fn run_pipeline(
+    cfg: &Config,
+    opts: &RebuildOptions,
+    progress: &Progress,
+    sink: &Sink,
+    lease: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+) -> Result<RunSummary, RunError> {
     let started = Instant::now();
     let source = Source::connect(cfg).await?;
-    let sink = Sink::connect(cfg).await?;
     let memory_before = sink.used_memory().await.ok();
     let redis_run_id = sink.run_id().await?;
     let ctx = Arc::new(plan_ctx(cfg, opts.families));
@@ -170,7 +235,7 @@ pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -
     let writer = {
         let stage = write_stage.clone();
         let sink = (!opts.dry_run).then(|| sink.clone());
-        tokio::spawn(sink::run_writer(sink, rx, cfg.write_concurrency, move |n| stage.inc(n)))
+        tokio::spawn(sink::run_writer(sink, rx, cfg.write_concurrency, lease, move |n| stage.inc(n)))
     };
 
     let produce = async {

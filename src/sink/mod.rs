@@ -34,6 +34,8 @@ pub enum SinkError {
         #[source]
         source: redis::RedisError,
     },
+    #[error("the rebuild lease was lost to another instance; stopped before the next batch")]
+    LeaseLost,
     #[error("scanning Redis keys failed after {attempts} attempt(s): {source}")]
     Scan {
         attempts: u32,
@@ -48,6 +50,7 @@ impl SinkError {
             SinkError::Connect { source, .. } | SinkError::Write { source, .. } | SinkError::Scan { source, .. } => {
                 is_retriable(source)
             }
+            SinkError::LeaseLost => false,
         }
     }
 }

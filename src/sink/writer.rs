@@ -6,6 +6,8 @@ use crate::plan::Op;
 use crate::registry::FamilyId;
 use futures::StreamExt;
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
 
 /// What the write stage did.
@@ -23,14 +25,19 @@ pub async fn run_writer(
     sink: Option<Sink>,
     rx: mpsc::Receiver<Vec<Op>>,
     concurrency: usize,
+    lease: Option<Arc<AtomicBool>>,
     on_batch: impl Fn(u64),
 ) -> Result<WriteOutcome, SinkError> {
     let batches = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) });
     let mut outcome = WriteOutcome::default();
     let mut results = batches
         .map(|batch| {
-            let sink = sink.clone();
+            let (sink, lease) = (sink.clone(), lease.clone());
             async move {
+                // An instance that lost its lease writes nothing more.
+                if lease.is_some_and(|held| !held.load(Ordering::SeqCst)) {
+                    return Err(SinkError::LeaseLost);
+                }
                 if let Some(sink) = &sink {
                     sink.write(&batch).await?;
                 }

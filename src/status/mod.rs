@@ -1,0 +1,18 @@
+//! Job status in Redis (contract §3): the job hash, per-builder hashes, the
+//! active / completed / failed sets, progress messages on pub/sub and the
+//! total-jobs counter; and the lease lock that lets one instance rebuild.
+
+mod lease;
+mod reporter;
+pub mod show;
+
+pub use lease::{Lease, LeaseError};
+pub use reporter::{JobReporter, Trigger, new_run_id};
+
+/// Seconds since the epoch.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// How long job and builder hashes live.
+pub const JOB_TTL_SECONDS: i64 = 24 * 3600;

@@ -1,0 +1,232 @@
+//! Writes a run's status keys as it goes. Status writes never fail a run:
+//! they are logged and the rebuild carries on.
+
+use super::{JOB_TTL_SECONDS, unix_now};
+use crate::keys::status::StatusKeys;
+use crate::progress::ProgressEvent;
+use redis::aio::ConnectionManager;
+use std::collections::HashSet;
+use std::fmt;
+
+/// What started a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    Cron,
+    Manual,
+    Migration,
+    ChangeStream,
+}
+
+impl fmt::Display for Trigger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Trigger::Cron => "cron",
+            Trigger::Manual => "manual",
+            Trigger::Migration => "migration",
+            Trigger::ChangeStream => "change-stream",
+        })
+    }
+}
+
+/// A run id: 16 lowercase hex characters.
+pub fn new_run_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// Reports one run.
+pub struct JobReporter {
+    conn: ConnectionManager,
+    keys: StatusKeys,
+    pub run_id: String,
+    builders: HashSet<&'static str>,
+}
+
+fn message(kind: &str, builder: Option<&str>, text: &str, current: u64, total: u64) -> String {
+    serde_json::json!({
+        "type": kind,
+        "builder": builder,
+        "timestamp": unix_now(),
+        "data": { "message": text, "current": current, "total": total },
+    })
+    .to_string()
+}
+
+impl JobReporter {
+    /// Registers the run as active: job hash, active set, counter, and an
+    /// `info` message. Ids in the state sets whose hash expired are pruned.
+    pub async fn start(conn: ConnectionManager, keys: StatusKeys, trigger: Trigger) -> JobReporter {
+        let reporter = JobReporter { conn, keys, run_id: new_run_id(), builders: HashSet::new() };
+        reporter.prune().await;
+        let now = unix_now().to_string();
+        let job = reporter.keys.job(&reporter.run_id);
+        let fields: [(&str, String); 14] = [
+            ("run_id", reporter.run_id.clone()),
+            ("trigger", trigger.to_string()),
+            ("status", "running".into()),
+            ("current_builder", String::new()),
+            ("progress_current", "0".into()),
+            ("progress_total", "0".into()),
+            ("started_at", now.clone()),
+            ("updated_at", now),
+            ("finished_at", String::new()),
+            ("error_count", "0".into()),
+            ("last_error", String::new()),
+            ("keys_written", "0".into()),
+            ("keys_deleted", "0".into()),
+            ("rejected", "0".into()),
+        ];
+        let mut pipe = redis::pipe();
+        pipe.cmd("HSET").arg(&job).arg(&fields[..]).ignore();
+        pipe.cmd("EXPIRE").arg(&job).arg(JOB_TTL_SECONDS).ignore();
+        pipe.cmd("SADD").arg(reporter.keys.jobs("active")).arg(&reporter.run_id).ignore();
+        pipe.cmd("INCR").arg(reporter.keys.total_jobs()).ignore();
+        let text = format!("{trigger} run started");
+        pipe.cmd("PUBLISH")
+            .arg(reporter.keys.progress(&reporter.run_id))
+            .arg(message("info", None, &text, 0, 0))
+            .ignore();
+        reporter.apply(pipe).await;
+        reporter
+    }
+
+    async fn apply(&self, pipe: redis::Pipeline) {
+        let mut conn = self.conn.clone();
+        if let Err(err) = pipe.query_async::<()>(&mut conn).await {
+            tracing::warn!(run_id = %self.run_id, error = %err, "could not update job status keys");
+        }
+    }
+
+    /// Drops ids from the state sets whose job hash has expired.
+    async fn prune(&self) {
+        let mut conn = self.conn.clone();
+        for state in ["active", "completed", "failed"] {
+            let set = self.keys.jobs(state);
+            let ids: Vec<String> = redis::cmd("SMEMBERS").arg(&set).query_async(&mut conn).await.unwrap_or_default();
+            if ids.is_empty() {
+                continue;
+            }
+            let mut pipe = redis::pipe();
+            for id in &ids {
+                pipe.cmd("EXISTS").arg(self.keys.job(id));
+            }
+            let exists: Vec<bool> = pipe.query_async(&mut conn).await.unwrap_or_default();
+            let gone: Vec<&String> = ids.iter().zip(exists).filter(|(_, e)| !e).map(|(id, _)| id).collect();
+            if !gone.is_empty() {
+                let _: Result<(), _> = redis::cmd("SREM").arg(&set).arg(gone).query_async(&mut conn).await;
+            }
+        }
+    }
+
+    /// Records a stage's progress in its builder hash and the job hash.
+    pub async fn progress(&mut self, event: &ProgressEvent) {
+        let now = unix_now();
+        let builder = self.keys.builder(&self.run_id, event.builder);
+        let job = self.keys.job(&self.run_id);
+        let mut pipe = redis::pipe();
+        if self.builders.insert(event.builder) {
+            pipe.cmd("HSET").arg(&builder).arg("started_at").arg(now).ignore();
+        }
+        let status = if event.done { "completed" } else { "running" };
+        pipe.cmd("HSET")
+            .arg(&builder)
+            .arg(
+                &[
+                    ("status", status.to_string()),
+                    ("current", event.current.to_string()),
+                    ("total", event.total.to_string()),
+                    ("updated_at", now.to_string()),
+                ][..],
+            )
+            .ignore();
+        pipe.cmd("EXPIRE").arg(&builder).arg(JOB_TTL_SECONDS).ignore();
+        pipe.cmd("HSET")
+            .arg(&job)
+            .arg(
+                &[
+                    ("current_builder", event.builder.to_string()),
+                    ("progress_current", event.current.to_string()),
+                    ("progress_total", event.total.to_string()),
+                    ("updated_at", now.to_string()),
+                ][..],
+            )
+            .ignore();
+        let text = if event.done { format!("{} done", event.builder) } else { format!("{} running", event.builder) };
+        pipe.cmd("PUBLISH")
+            .arg(self.keys.progress(&self.run_id))
+            .arg(message("progress", Some(event.builder), &text, event.current, event.total))
+            .ignore();
+        self.apply(pipe).await;
+    }
+
+    /// Marks the run completed with its totals.
+    pub async fn complete(&self, keys_written: u64, keys_deleted: u64, rejected: u64) {
+        let now = unix_now().to_string();
+        let job = self.keys.job(&self.run_id);
+        let mut pipe = redis::pipe();
+        pipe.cmd("HSET")
+            .arg(&job)
+            .arg(
+                &[
+                    ("status", "completed".to_string()),
+                    ("finished_at", now.clone()),
+                    ("updated_at", now),
+                    ("keys_written", keys_written.to_string()),
+                    ("keys_deleted", keys_deleted.to_string()),
+                    ("rejected", rejected.to_string()),
+                ][..],
+            )
+            .ignore();
+        pipe.cmd("SMOVE").arg(self.keys.jobs("active")).arg(self.keys.jobs("completed")).arg(&self.run_id).ignore();
+        let text =
+            format!("completed: {keys_written} keys written, {keys_deleted} deleted, {rejected} documents rejected");
+        pipe.cmd("PUBLISH")
+            .arg(self.keys.progress(&self.run_id))
+            .arg(message("complete", None, &text, keys_written, keys_written))
+            .ignore();
+        self.apply(pipe).await;
+    }
+
+    /// Marks the run failed with its reason.
+    pub async fn fail(&self, reason: &str) {
+        let now = unix_now().to_string();
+        let job = self.keys.job(&self.run_id);
+        let mut pipe = redis::pipe();
+        pipe.cmd("HINCRBY").arg(&job).arg("error_count").arg(1).ignore();
+        pipe.cmd("HSET")
+            .arg(&job)
+            .arg(
+                &[
+                    ("status", "failed".to_string()),
+                    ("finished_at", now.clone()),
+                    ("updated_at", now),
+                    ("last_error", reason.to_string()),
+                ][..],
+            )
+            .ignore();
+        pipe.cmd("SMOVE").arg(self.keys.jobs("active")).arg(self.keys.jobs("failed")).arg(&self.run_id).ignore();
+        pipe.cmd("PUBLISH").arg(self.keys.progress(&self.run_id)).arg(message("error", None, reason, 0, 0)).ignore();
+        self.apply(pipe).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn run_ids_are_16_lowercase_hex() {
+        for _ in 0..100 {
+            let id = super::new_run_id();
+            assert_eq!(id.len(), 16);
+            assert!(id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)), "{id}");
+        }
+    }
+
+    #[test]
+    fn messages_have_the_contract_shape() {
+        let m: serde_json::Value =
+            serde_json::from_str(&super::message("progress", Some("videos"), "x", 3, 9)).unwrap();
+        assert_eq!(m["type"], "progress");
+        assert_eq!(m["builder"], "videos");
+        assert!(m["timestamp"].as_u64().unwrap() > 1_700_000_000);
+        assert_eq!(m["data"], serde_json::json!({"message": "x", "current": 3, "total": 9}));
+    }
+}

@@ -1,0 +1,162 @@
+//! Job status keys, progress messages and the rebuild lease (contract §3),
+//! against real servers.
+
+mod common;
+
+use cachewright::progress::Progress;
+use cachewright::rebuild::{RebuildOptions, RunError, rebuild};
+use futures::StreamExt;
+use std::collections::HashMap;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_rebuild_reports_its_job_status_and_progress() {
+    let s = common::shared();
+    let name = common::unique("status");
+    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    let sp = cfg.status_prefix.clone();
+
+    let client = redis::Client::open(s.redis.url()).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub.psubscribe(format!("{sp}progress:*")).await.unwrap();
+    let summary = rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.unwrap();
+
+    let mut conn = common::redis_conn(&s.redis.url()).await;
+    let completed: Vec<String> =
+        redis::cmd("SMEMBERS").arg(format!("{sp}jobs:completed")).query_async(&mut conn).await.unwrap();
+    assert_eq!(completed.len(), 1);
+    let run_id = &completed[0];
+    assert!(run_id.len() == 16 && run_id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+    let active: Vec<String> =
+        redis::cmd("SMEMBERS").arg(format!("{sp}jobs:active")).query_async(&mut conn).await.unwrap();
+    assert!(active.is_empty());
+
+    let job: HashMap<String, String> =
+        redis::cmd("HGETALL").arg(format!("{sp}job:{run_id}")).query_async(&mut conn).await.unwrap();
+    let mut fields: Vec<&str> = job.keys().map(String::as_str).collect();
+    fields.sort();
+    assert_eq!(
+        fields,
+        vec![
+            "current_builder",
+            "error_count",
+            "finished_at",
+            "keys_deleted",
+            "keys_written",
+            "last_error",
+            "progress_current",
+            "progress_total",
+            "rejected",
+            "run_id",
+            "started_at",
+            "status",
+            "trigger",
+            "updated_at"
+        ]
+    );
+    assert_eq!(job["status"], "completed");
+    assert_eq!(job["trigger"], "manual");
+    assert_eq!(job["run_id"], *run_id);
+    assert_eq!(job["keys_written"], summary.written_total().to_string());
+    assert_eq!(job["rejected"], "11");
+    assert_eq!(job["error_count"], "0");
+    let started: u64 = job["started_at"].parse().unwrap();
+    let finished: u64 = job["finished_at"].parse().unwrap();
+    assert!(finished >= started && started > 1_700_000_000);
+    let ttl: i64 = redis::cmd("TTL").arg(format!("{sp}job:{run_id}")).query_async(&mut conn).await.unwrap();
+    assert!((86_000..=86_400).contains(&ttl), "{ttl}");
+
+    let builder: HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(format!("{sp}job:{run_id}:builder:reading videos"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(builder["status"], "completed");
+    assert_eq!(builder["current"], "16");
+    for field in ["total", "started_at", "updated_at"] {
+        assert!(builder.contains_key(field), "builder lacks {field}");
+    }
+    let total: u64 = redis::cmd("GET").arg(format!("{sp}stats:total_jobs")).query_async(&mut conn).await.unwrap();
+    assert_eq!(total, 1);
+
+    let mut kinds = Vec::new();
+    let mut messages = pubsub.on_message();
+    while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(2), messages.next()).await {
+        assert_eq!(msg.get_channel_name(), format!("{sp}progress:{run_id}"));
+        let v: serde_json::Value = serde_json::from_str(&msg.get_payload::<String>().unwrap()).unwrap();
+        assert!(v["timestamp"].is_u64() && v["data"]["message"].is_string() && v["data"]["current"].is_u64());
+        kinds.push(v["type"].as_str().unwrap().to_string());
+        if kinds.last().map(String::as_str) == Some("complete") {
+            break;
+        }
+    }
+    assert_eq!(kinds.first().map(String::as_str), Some("info"));
+    assert!(kinds.iter().any(|k| k == "progress"));
+    assert_eq!(kinds.last().map(String::as_str), Some("complete"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_one_instance_rebuilds_and_a_lost_lease_stops_the_writes() {
+    let s = common::shared();
+    let name = common::unique("lease");
+    let mut raw = cachewright::config::RawConfig {
+        mongodb_uri: Some(s.mongo.uri()),
+        mongodb_db: Some(name.clone()),
+        redis_url: Some(s.redis.url()),
+        prefix: Some(format!("{name}:")),
+        status_prefix: Some(format!("cw-{name}:")),
+        ..Default::default()
+    };
+    raw.lease_seconds = Some(1);
+    let cfg = cachewright::config::Config::from_raw(raw).unwrap();
+    let lock = format!("{}lock:rebuild:full", cfg.status_prefix);
+    let mut conn = common::redis_conn(&s.redis.url()).await;
+
+    // Held by someone else: refused, nothing written.
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    let _: () = redis::cmd("SET").arg(&lock).arg("other").arg("PX").arg(60_000).query_async(&mut conn).await.unwrap();
+    let err = rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.unwrap_err();
+    assert!(matches!(err, RunError::Lease(_)), "{err}");
+    assert!(err.to_string().contains("another instance holds the rebuild lock"));
+    assert!(common::dump(&s.redis.url(), &cfg.prefix).await.is_empty());
+    let _: () = redis::cmd("DEL").arg(&lock).query_async(&mut conn).await.unwrap();
+
+    // Released after a run.
+    rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.unwrap();
+    let exists: bool = redis::cmd("EXISTS").arg(&lock).query_async(&mut conn).await.unwrap();
+    assert!(!exists, "lease not released");
+
+    // Taken over mid-run: the run stops and is marked failed.
+    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let shape = cachewright::generate::Shape { channels: 5, categories: 50, tags: 200, videos: 40_000 };
+    cachewright::generate::generate(source.database(), &cfg.collections, shape, 4, |_| {}).await.unwrap();
+    let run = {
+        let cfg = cfg.clone();
+        tokio::spawn(async move { rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await })
+    };
+    for _ in 0..1000 {
+        let holder: Option<String> = redis::cmd("GET").arg(&lock).query_async(&mut conn).await.unwrap();
+        if holder.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let _: () = redis::cmd("SET").arg(&lock).arg("thief").arg("PX").arg(60_000).query_async(&mut conn).await.unwrap();
+    let err = run.await.unwrap().unwrap_err();
+    assert!(err.to_string().contains("lease was lost"), "{err}");
+    let holder: String = redis::cmd("GET").arg(&lock).query_async(&mut conn).await.unwrap();
+    assert_eq!(holder, "thief", "the loser must not release the new holder's lease");
+    let failed: Vec<String> =
+        redis::cmd("SMEMBERS").arg(format!("{}jobs:failed", cfg.status_prefix)).query_async(&mut conn).await.unwrap();
+    // The refused run never became a job; the one that lost its lease failed.
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let job: HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(format!("{}job:{}", cfg.status_prefix, failed[0]))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(job["status"], "failed");
+    assert_eq!(job["error_count"], "1");
+    assert!(job["last_error"].contains("lease was lost"), "{:?}", job["last_error"]);
+}

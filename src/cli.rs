@@ -93,10 +93,19 @@ pub enum Command {
     Memory(MemoryArgs),
     /// Delete the registered-family keys under an old prefix: `cachewright purge --prefix OLD`
     Purge(PurgeArgs),
+    /// Follow MongoDB change streams and apply each change to Redis within a fraction of a second
+    Watch(WatchArgs),
     /// Recent runs, one run with its builders, or live progress (--follow)
     Status(StatusArgs),
     /// Measure reading alone, planning alone and writing alone (see scripts/bench.sh)
     Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Coalescing window: events arriving within it are applied together
+    #[arg(long, default_value_t = 200, value_name = "MS")]
+    pub window_ms: u64,
 }
 
 #[derive(Debug, Args)]

@@ -35,3 +35,4 @@ pub mod source;
 pub mod status;
 pub mod table;
 pub mod usage;
+pub mod watch;

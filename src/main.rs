@@ -5,7 +5,7 @@ use anyhow::Context;
 use cachewright::admin;
 use cachewright::cli::{
     BenchArgs, Cli, Command, FixturesCommand, GlobalArgs, KeysArgs, KeysFormat, LogFormat, MemoryArgs, MigrateArgs,
-    PurgeArgs, RebuildArgs, ReportFormat, StatusArgs, VerifyArgs,
+    PurgeArgs, RebuildArgs, ReportFormat, StatusArgs, VerifyArgs, WatchArgs,
 };
 use cachewright::config::{Config, ConfigError};
 use cachewright::progress::Progress;
@@ -113,7 +113,42 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Memory(args) => memory(&cli.global, &args).await,
         Command::Purge(args) => purge(&cli.global, &args).await,
         Command::Status(args) => status(&cli.global, &args).await,
+        Command::Watch(args) => watch(&cli.global, &args).await,
     }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutdown requested");
+}
+
+async fn watch(global: &GlobalArgs, args: &WatchArgs) -> anyhow::Result<ExitCode> {
+    let cfg = load_config(global)?;
+    let opts = cachewright::watch::WatchOptions {
+        window: std::time::Duration::from_millis(args.window_ms),
+        ..Default::default()
+    };
+    let metrics = std::sync::Arc::new(cachewright::watch::WatchMetrics::default());
+    cachewright::watch::run(&cfg, &opts, metrics.clone(), shutdown_signal()).await.context("the watcher stopped")?;
+    tracing::info!(events = metrics.total_applied(), "watcher stopped cleanly; resume tokens are saved");
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn status(global: &GlobalArgs, args: &StatusArgs) -> anyhow::Result<ExitCode> {

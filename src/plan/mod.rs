@@ -64,6 +64,27 @@ impl Op {
     }
 }
 
+/// An incremental write, as the watcher plans it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// Replace the key whole (as a rebuild writes it).
+    Put(Op),
+    /// The key must not exist.
+    Delete(Key),
+    /// Add or rescore some zset members and remove others, leaving the
+    /// rest alone: a small write on a big key.
+    ZsetDelta { key: Key, add: Vec<(i64, String)>, remove: Vec<String> },
+}
+
+impl Change {
+    pub fn key(&self) -> &Key {
+        match self {
+            Change::Put(op) => &op.key,
+            Change::Delete(key) | Change::ZsetDelta { key, .. } => key,
+        }
+    }
+}
+
 /// A set of families, e.g. from `--only`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FamilySet(u64);

@@ -8,7 +8,7 @@ mod sweep;
 mod writer;
 
 pub use inspect::{Inspected, Observed};
-pub use pipeline::{build_pipeline, ttl_with_jitter};
+pub use pipeline::{build_change_pipeline, build_pipeline, ttl_with_jitter};
 pub use retry::RetryPolicy;
 pub use sweep::{Existing, Produced, SweepOutcome, digest};
 pub use writer::{WriteOutcome, run_writer};
@@ -129,6 +129,24 @@ impl Sink {
     /// failures. A batch replaces whole keys, so sending it again is safe.
     pub async fn write(&self, ops: &[Op]) -> Result<(), SinkError> {
         let pipe = build_pipeline(ops, &self.ttl, self.jitter, rand::random::<f64>);
+        let conn = &self.conn;
+        self.retry
+            .run(|| {
+                let pipe = &pipe;
+                let mut conn = conn.clone();
+                async move { pipe.query_async::<()>(&mut conn).await }
+            })
+            .await
+            .map_err(|(attempts, source)| SinkError::Write { attempts, source })
+    }
+
+    /// Applies the watcher's changes in one transaction, retrying
+    /// retriable failures (every change is idempotent).
+    pub async fn apply_changes(&self, changes: &[crate::plan::Change]) -> Result<(), SinkError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let pipe = build_change_pipeline(changes, &self.ttl, self.jitter, rand::random::<f64>);
         let conn = &self.conn;
         self.retry
             .run(|| {

@@ -1,7 +1,7 @@
 //! Turns planned ops into one atomic Redis pipeline.
 
 use crate::config::TierSeconds;
-use crate::plan::{Op, Value};
+use crate::plan::{Change, Op, Value};
 
 /// Members per variadic command, so no single command grows unbounded.
 const CHUNK: usize = 1000;
@@ -14,9 +14,50 @@ pub fn ttl_with_jitter(base: u64, jitter: f64, u: f64) -> u64 {
 /// Builds a MULTI/EXEC pipeline that replaces every key of `ops` whole:
 /// strings with `SET … EX`, collections with `DEL` + adds + `EXPIRE`
 /// inside the transaction, so no reader sees them missing or partial.
-pub fn build_pipeline(ops: &[Op], ttl: &TierSeconds, jitter: f64, mut uniform: impl FnMut() -> f64) -> redis::Pipeline {
+pub fn build_pipeline(ops: &[Op], ttl: &TierSeconds, jitter: f64, uniform: impl FnMut() -> f64) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.atomic();
+    add_ops(&mut pipe, ops, ttl, jitter, uniform);
+    pipe
+}
+
+/// Builds one MULTI/EXEC pipeline for the watcher's incremental changes:
+/// whole replacements, deletions and zset deltas (ZADD / ZREM, then the
+/// TTL refreshed), all applied at once.
+pub fn build_change_pipeline(
+    changes: &[Change],
+    ttl: &TierSeconds,
+    jitter: f64,
+    mut uniform: impl FnMut() -> f64,
+) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for change in changes {
+        match change {
+            Change::Put(op) => add_ops(&mut pipe, std::slice::from_ref(op), ttl, jitter, &mut uniform),
+            Change::Delete(key) => {
+                pipe.cmd("DEL").arg(&key.text).ignore();
+            }
+            Change::ZsetDelta { key, add, remove } => {
+                let tier = crate::registry::Registry::get().family(key.family).tier;
+                for chunk in add.chunks(CHUNK) {
+                    let cmd = pipe.cmd("ZADD").arg(&key.text);
+                    for (score, member) in chunk {
+                        cmd.arg(*score).arg(member);
+                    }
+                    cmd.ignore();
+                }
+                for chunk in remove.chunks(CHUNK) {
+                    pipe.cmd("ZREM").arg(&key.text).arg(chunk).ignore();
+                }
+                pipe.cmd("EXPIRE").arg(&key.text).arg(ttl_with_jitter(ttl.get(tier), jitter, uniform())).ignore();
+            }
+        }
+    }
+    pipe
+}
+
+fn add_ops(pipe: &mut redis::Pipeline, ops: &[Op], ttl: &TierSeconds, jitter: f64, mut uniform: impl FnMut() -> f64) {
     for op in ops {
         let seconds = ttl_with_jitter(ttl.get(op.tier()), jitter, uniform());
         let key = op.key.text.as_str();
@@ -51,7 +92,6 @@ pub fn build_pipeline(ops: &[Op], ttl: &TierSeconds, jitter: f64, mut uniform: i
             }
         }
     }
-    pipe
 }
 
 #[cfg(test)]

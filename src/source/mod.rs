@@ -85,6 +85,17 @@ impl Source {
         self.db.collection::<RawDocumentBuf>(collection).estimated_document_count().await.unwrap_or(0)
     }
 
+    /// MongoDB's current cluster time (the `operationTime` of a ping): a
+    /// change stream started at it misses nothing read after it.
+    pub async fn cluster_time(&self) -> Result<mongodb::bson::Timestamp, SourceError> {
+        let reply = self
+            .db
+            .run_command(doc! { "ping": 1 })
+            .await
+            .map_err(|source| SourceError::Read { collection: "(ping)".into(), source })?;
+        Ok(reply.get_timestamp("operationTime").unwrap_or(mongodb::bson::Timestamp { time: 0, increment: 0 }))
+    }
+
     /// Pulls the next document, mapping errors to this edge.
     pub async fn next(
         cursor: &mut Cursor<RawDocumentBuf>,

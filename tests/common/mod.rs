@@ -27,7 +27,15 @@ pub struct Shared {
     pub mongo: servers::Mongo,
 }
 
+/// Logs to the test output when `TEST_LOG` is set (e.g. `TEST_LOG=debug`).
+pub fn logs() {
+    if let Ok(filter) = std::env::var("TEST_LOG") {
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+    }
+}
+
 pub fn shared() -> &'static Shared {
+    logs();
     static SHARED: OnceLock<Shared> = OnceLock::new();
     SHARED.get_or_init(|| Shared { redis: servers::Redis::start(), mongo: servers::Mongo::start() })
 }

@@ -157,9 +157,21 @@ impl Mongo {
         }
     }
 
-    /// Stops and starts again on the same port and storage.
+    /// Stops gracefully (SIGTERM, as an orchestrator does) and starts
+    /// again on the same port and storage.
     pub fn restart(&mut self) {
-        self.stop();
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         self.launch();
     }
 }

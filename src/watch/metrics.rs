@@ -1,0 +1,71 @@
+//! What the watcher has done, for logs, `status` and metrics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+#[derive(Debug, Default)]
+pub struct WatchMetrics {
+    /// Events applied per collection (Channel, Category, Tag, VideoMedia).
+    pub applied: [AtomicU64; 4],
+    pub batches: AtomicU64,
+    pub rebuilds: AtomicU64,
+    pub stream_errors: AtomicU64,
+    /// Cluster time (unix seconds) of the newest applied event.
+    pub last_event_cluster_time: AtomicU64,
+    /// Wall time (unix ms) when the newest event was applied.
+    pub last_applied_at_ms: AtomicU64,
+    /// now − the newest event's cluster time, at its application (ms).
+    pub lag_ms: AtomicU64,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+impl WatchMetrics {
+    pub fn rebuild(&self) {
+        self.rebuilds.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn stream_error(&self) {
+        self.stream_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn applied(&self, per_collection: [u64; 4], newest_cluster_time: u32, took: Duration) {
+        let total: u64 = per_collection.iter().sum();
+        for (slot, n) in self.applied.iter().zip(per_collection) {
+            slot.fetch_add(n, Ordering::Relaxed);
+        }
+        if total == 0 {
+            return;
+        }
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        let now = now_ms();
+        self.last_applied_at_ms.store(now, Ordering::Relaxed);
+        if newest_cluster_time > 0 {
+            self.last_event_cluster_time.store(u64::from(newest_cluster_time), Ordering::Relaxed);
+            self.lag_ms.store(now.saturating_sub(u64::from(newest_cluster_time) * 1000), Ordering::Relaxed);
+        }
+        tracing::info!(
+            events = total,
+            channel = per_collection[0],
+            category = per_collection[1],
+            tag = per_collection[2],
+            video = per_collection[3],
+            apply_ms = took.as_millis() as u64,
+            lag_ms = self.lag_ms.load(Ordering::Relaxed),
+            "change batch applied"
+        );
+    }
+
+    /// Total events applied.
+    pub fn total_applied(&self) -> u64 {
+        self.applied.iter().map(|a| a.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Seconds since the last applied event, if any.
+    pub fn last_event_age(&self) -> Option<f64> {
+        let at = self.last_applied_at_ms.load(Ordering::Relaxed);
+        (at > 0).then(|| now_ms().saturating_sub(at) as f64 / 1000.0)
+    }
+}

@@ -1,0 +1,385 @@
+//! Incremental refresh from MongoDB change streams (`cachewright watch`).
+//!
+//! The engine keeps an in-memory [`model::Model`] of the sources. Events
+//! are coalesced over a short window, applied to the model, and turned into
+//! exactly the writes a full rebuild from the new state would make for the
+//! touched keys (zset deltas for big indexes). Resume tokens are saved only
+//! after those writes succeed, so delivery is at-least-once and every write
+//! is idempotent.
+//!
+//! Start-up: with saved tokens for every collection the streams resume
+//! from them; otherwise (first start, lost history, an unusable token, a
+//! drop, rename or invalidate) the engine records MongoDB's cluster time,
+//! runs a full rebuild, and streams from that time, so no change falls in
+//! the gap and none is overwritten by older data.
+
+pub mod metrics;
+pub mod model;
+pub mod stream;
+
+pub use metrics::WatchMetrics;
+
+use crate::config::Config;
+use crate::keys::status::StatusKeys;
+use crate::plan::{Change, FamilySet};
+use crate::progress::Progress;
+use crate::rebuild::{RebuildOptions, RunError, plan_ctx, rebuild_with_retries};
+use crate::sink::{Sink, SinkError};
+use crate::source::{Source, SourceError};
+use crate::status::Trigger;
+use model::{Coll, Event, Model, Touched, id_key};
+use mongodb::change_stream::event::{OperationType, ResumeToken};
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use stream::{Item, StartAt};
+use tokio::sync::mpsc;
+
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    /// How long to gather events before applying them.
+    pub window: Duration,
+    /// The most events applied in one batch.
+    pub max_batch: usize,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions { window: Duration::from_millis(200), max_batch: 20_000 }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    #[error("full rebuild for the watcher failed: {0}")]
+    Rebuild(#[from] RunError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// Changes per MULTI/EXEC.
+const CHANGES_PER_TX: usize = 500;
+
+enum Restart {
+    /// Streams failed; reopen them from the saved tokens.
+    Reopen,
+    /// The streams cannot resume: rebuild and start from a cluster time.
+    Rebuild(String),
+}
+
+/// Runs until `shutdown` resolves. Tokens are saved after every applied
+/// batch, so stopping at any point loses nothing.
+pub async fn run(
+    cfg: &Config,
+    opts: &WatchOptions,
+    metrics: Arc<WatchMetrics>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), WatchError> {
+    tokio::pin!(shutdown);
+    let sink = Sink::connect(cfg).await?;
+    let source = Source::connect(cfg).await?;
+    let status = StatusKeys::new(cfg.status_prefix.clone());
+    let ctx = plan_ctx(cfg, FamilySet::all());
+    let mut rebuild_reason: Option<String> = None;
+    'establish: loop {
+        let saved = match &rebuild_reason {
+            Some(_) => None,
+            None => load_tokens(&sink, &status, cfg).await?,
+        };
+        let mut starts = match saved {
+            Some(tokens) => tokens.into_iter().map(StartAt::Token).collect::<Vec<_>>(),
+            None => {
+                let reason = rebuild_reason.take().unwrap_or_else(|| "no saved resume tokens".into());
+                tracing::info!(reason = %reason, "running a full rebuild before streaming");
+                clear_tokens(&sink, &status, cfg).await?;
+                let time = source.cluster_time().await?;
+                let opts = RebuildOptions::full().trigger(Trigger::ChangeStream);
+                let progress = Progress::hidden();
+                tokio::select! {
+                    _ = &mut shutdown => return Ok(()),
+                    result = rebuild_with_retries(cfg, &opts, &progress, 3) => { result?; }
+                }
+                metrics.rebuild();
+                vec![StartAt::Time(time); 4]
+            }
+        };
+        let mut model = load_model(&source, cfg).await?;
+        // The catalogue keys as they are in Redis, contents unknown: the
+        // model may already be newer than what was written (changes made
+        // after the rebuild read, or while this process was down).
+        let catalog_families =
+            FamilySet::of(crate::registry::FamilyId::ALL.iter().copied().filter(|f| !f.needs_videos()));
+        let existing = sink.scan_existing(&ctx.keys, catalog_families).await?;
+        model.catalog_keys_exist(existing.keys.into_iter().map(|(_, k)| k));
+        tracing::info!(videos = model.video_count(), "watcher model loaded; streaming");
+
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let (tx, mut rx) = mpsc::channel::<Item>(20_000);
+            let tasks: Vec<_> = Coll::ALL
+                .iter()
+                .zip(starts.iter().cloned())
+                .map(|(coll, start)| {
+                    let name = coll.name(&cfg.collections).to_string();
+                    tokio::spawn(stream::follow(source.database().clone(), *coll, name, start, tx.clone()))
+                })
+                .collect();
+            drop(tx);
+            let outcome = stream_batches(
+                cfg,
+                opts,
+                &sink,
+                &source,
+                &status,
+                &mut model,
+                &ctx,
+                &metrics,
+                &mut rx,
+                &mut starts,
+                &mut shutdown,
+            )
+            .await;
+            for task in tasks {
+                task.abort();
+            }
+            match outcome? {
+                None => return Ok(()),
+                Some(Restart::Reopen) => {
+                    tracing::warn!(
+                        delay_ms = backoff.as_millis() as u64,
+                        "change streams failed; reopening from the saved tokens"
+                    );
+                    tokio::select! {
+                        _ = &mut shutdown => return Ok(()),
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+                Some(Restart::Rebuild(reason)) => {
+                    tracing::warn!(reason = %reason, "change streams cannot resume; rebuilding");
+                    rebuild_reason = Some(reason);
+                    continue 'establish;
+                }
+            }
+        }
+    }
+}
+
+/// Applies batches until shutdown (`None`) or a stream failure.
+#[allow(clippy::too_many_arguments)]
+async fn stream_batches(
+    cfg: &Config,
+    opts: &WatchOptions,
+    sink: &Sink,
+    source: &Source,
+    status: &StatusKeys,
+    model: &mut Model,
+    ctx: &crate::plan::PlanCtx,
+    metrics: &WatchMetrics,
+    rx: &mut mpsc::Receiver<Item>,
+    starts: &mut [StartAt],
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Result<Option<Restart>, WatchError> {
+    loop {
+        let first = tokio::select! {
+            _ = shutdown.as_mut() => return Ok(None),
+            item = rx.recv() => item,
+        };
+        let Some(first) = first else { return Ok(Some(Restart::Reopen)) };
+        let mut items = vec![first];
+        let deadline = tokio::time::Instant::now() + opts.window;
+        while items.len() < opts.max_batch {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(item)) => items.push(item),
+                _ => break,
+            }
+        }
+        let started = Instant::now();
+        let mut events = Vec::new();
+        let mut tokens: HashMap<Coll, ResumeToken> = HashMap::new();
+        let mut newest_cluster_time = 0u32;
+        let mut per_collection = [0u64; 4];
+        for item in items {
+            match item {
+                Item::Failed(coll, err) if stream::is_history_lost(&err) => {
+                    return Ok(Some(Restart::Rebuild(format!("{} stream: {err}", coll.name(&cfg.collections)))));
+                }
+                Item::Failed(coll, err) => {
+                    tracing::warn!(collection = coll.name(&cfg.collections), error = %err, "change stream failed");
+                    metrics.stream_error();
+                    return Ok(Some(Restart::Reopen));
+                }
+                Item::Idle(coll, token) => {
+                    tokens.insert(coll, token);
+                }
+                Item::Event(coll, event) => {
+                    if let Some(t) = event.cluster_time {
+                        newest_cluster_time = newest_cluster_time.max(t.time);
+                    }
+                    let key = event.document_key.as_ref().and_then(|k| k.get("_id")).cloned();
+                    match (&event.operation_type, key) {
+                        (OperationType::Insert | OperationType::Update | OperationType::Replace, Some(id)) => {
+                            events.push(match event.full_document {
+                                Some(doc) => Event::Upsert { coll, key: id_key(&id), raw_id: id, doc },
+                                // Looked up after it was deleted: gone now.
+                                None => Event::Remove { coll, key: id_key(&id), raw_id: id },
+                            });
+                        }
+                        (OperationType::Delete, Some(id)) => {
+                            events.push(Event::Remove { coll, key: id_key(&id), raw_id: id })
+                        }
+                        (op, _) => {
+                            return Ok(Some(Restart::Rebuild(format!("{:?} on {}", op, coll.name(&cfg.collections)))));
+                        }
+                    }
+                    per_collection[coll as usize] += 1;
+                    tokens.insert(coll, event.id);
+                }
+            }
+        }
+        if !events.is_empty() {
+            apply_batch(sink, source, model, ctx, events).await?;
+        }
+        save_tokens(sink, status, cfg, &tokens).await?;
+        for (coll, token) in tokens {
+            starts[coll as usize] = StartAt::Token(token);
+        }
+        metrics.applied(per_collection, newest_cluster_time, started.elapsed());
+    }
+}
+
+/// Applies events to the model and writes the resulting changes.
+async fn apply_batch(
+    sink: &Sink,
+    source: &Source,
+    model: &mut Model,
+    ctx: &crate::plan::PlanCtx,
+    events: Vec<Event>,
+) -> Result<(), WatchError> {
+    let mut touched = Touched::default();
+    for event in events {
+        model.apply(event, &mut touched);
+    }
+    // A duplicate id whose first owner went away: the next owner's detail
+    // was never loaded, so read it again.
+    for w in touched.videos.clone() {
+        if let Some(raw_id) = model.needs_detail(&w) {
+            let coll = source.database().collection::<mongodb::bson::RawDocumentBuf>(&ctx_video_name(source, model));
+            if let Ok(Some(doc)) = coll.find_one(mongodb::bson::doc! { "_id": raw_id.clone() }).await {
+                model.apply(Event::Upsert { coll: Coll::Video, key: id_key(&raw_id), raw_id, doc }, &mut touched);
+            }
+        }
+    }
+    // The categories Redis lists for the touched videos: their membership
+    // as last written, even across a restart of this process.
+    let mut redis_categories = BTreeSet::new();
+    if !touched.videos.is_empty() {
+        let mut conn = sink.connection();
+        let mut pipe = redis::pipe();
+        for w in &touched.videos {
+            pipe.cmd("SMEMBERS").arg(ctx.keys.key(crate::registry::FamilyId::VideoCategories, &[w]).text);
+        }
+        let sets: Vec<Vec<String>> = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| WatchError::Sink(SinkError::Scan { attempts: 1, source }))?;
+        redis_categories.extend(sets.into_iter().flatten().filter(|c| crate::model::id::is_usable_id(c)));
+    }
+    let tag_lists = if touched.categories.is_empty() && touched.tags.is_empty() {
+        Vec::new()
+    } else {
+        let existing = sink.scan_existing(&ctx.keys, FamilySet::of([crate::registry::FamilyId::VideoTagList])).await?;
+        let prefix = ctx.keys.key(crate::registry::FamilyId::VideoTagList, &["x", "y"]).text;
+        let head = &prefix[..prefix.len() - 3];
+        existing
+            .keys
+            .into_iter()
+            .filter_map(|(_, k)| {
+                let (c, t) = k.strip_prefix(head)?.split_once(':')?;
+                (touched.categories.contains(c) || touched.tags.contains(t)).then(|| (c.to_string(), t.to_string()))
+            })
+            .collect()
+    };
+    let changes: Vec<Change> = model.plan(&touched, &redis_categories, &tag_lists, ctx);
+    for chunk in changes.chunks(CHANGES_PER_TX) {
+        sink.apply_changes(chunk).await?;
+    }
+    Ok(())
+}
+
+fn ctx_video_name(_source: &Source, model: &Model) -> String {
+    model.video_collection().to_string()
+}
+
+async fn load_model(source: &Source, cfg: &Config) -> Result<Model, WatchError> {
+    let c = &cfg.collections;
+    let batch = cfg.read_batch_size;
+    let (channels, categories, tags, videos) = tokio::try_join!(
+        source.read_all(&c.channel, batch),
+        source.read_all(&c.category, batch),
+        source.read_all(&c.tag, batch),
+        source.read_all(&c.video, batch),
+    )?;
+    let names = c.clone();
+    tokio::task::spawn_blocking(move || Model::load(&names, channels, categories, tags, videos))
+        .await
+        .map_err(|e| WatchError::Internal(e.to_string()))
+}
+
+async fn load_tokens(sink: &Sink, status: &StatusKeys, cfg: &Config) -> Result<Option<Vec<ResumeToken>>, WatchError> {
+    let mut conn = sink.connection();
+    let mut pipe = redis::pipe();
+    for coll in Coll::ALL {
+        pipe.cmd("GET").arg(status.cdc_resume(coll.name(&cfg.collections)));
+    }
+    let values: Vec<Option<String>> = pipe
+        .query_async(&mut conn)
+        .await
+        .map_err(|source| WatchError::Sink(SinkError::Scan { attempts: 1, source }))?;
+    let tokens: Option<Vec<ResumeToken>> =
+        values.into_iter().map(|v| v.and_then(|text| serde_json::from_str(&text).ok())).collect();
+    Ok(tokens)
+}
+
+/// Saves tokens; called only after the writes they cover succeeded.
+async fn save_tokens(
+    sink: &Sink,
+    status: &StatusKeys,
+    cfg: &Config,
+    tokens: &HashMap<Coll, ResumeToken>,
+) -> Result<(), WatchError> {
+    if tokens.is_empty() {
+        return Ok(());
+    }
+    let mut pipe = redis::pipe();
+    for (coll, token) in tokens {
+        let text = serde_json::to_string(token).map_err(|e| WatchError::Internal(e.to_string()))?;
+        pipe.cmd("SET").arg(status.cdc_resume(coll.name(&cfg.collections))).arg(text).ignore();
+    }
+    let mut conn = sink.connection();
+    pipe.query_async::<()>(&mut conn).await.map_err(|source| WatchError::Sink(SinkError::Write { attempts: 1, source }))
+}
+
+async fn clear_tokens(sink: &Sink, status: &StatusKeys, cfg: &Config) -> Result<(), WatchError> {
+    let keys: Vec<String> = Coll::ALL.iter().map(|c| status.cdc_resume(c.name(&cfg.collections))).collect();
+    sink.unlink(&keys).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use mongodb::change_stream::event::ResumeToken;
+
+    #[test]
+    fn resume_tokens_round_trip_through_json() {
+        let token: ResumeToken = serde_json::from_str(r#"{"_data":"3C0000001273004A5401"}"#).expect("parses");
+        let text = serde_json::to_string(&token).unwrap();
+        let back: ResumeToken = serde_json::from_str(&text).expect("round trip");
+        assert_eq!(serde_json::to_string(&back).unwrap(), text, "{text}");
+    }
+}

@@ -1,0 +1,399 @@
+//! The watcher against real servers: random changes applied through change
+//! streams must leave Redis exactly as a fresh full rebuild would (TTLs
+//! aside), across crashes, server restarts and lost resume tokens.
+
+mod common;
+
+use cachewright::config::{Config, RawConfig};
+use cachewright::generate::Rng;
+use cachewright::progress::Progress;
+use cachewright::rebuild::{RebuildOptions, rebuild};
+use cachewright::watch::{WatchMetrics, WatchOptions};
+use mongodb::bson::{Bson, DateTime, Document, doc};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn config(mongo: &str, redis: &str, name: &str, prefix: &str) -> Config {
+    Config::from_raw(RawConfig {
+        mongodb_uri: Some(mongo.to_string()),
+        mongodb_db: Some(name.to_string()),
+        redis_url: Some(redis.to_string()),
+        prefix: Some(format!("{prefix}:")),
+        status_prefix: Some(format!("cw-{prefix}:")),
+        home_limit: Some(5),
+        ..RawConfig::default()
+    })
+    .unwrap()
+}
+
+struct Watcher {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), cachewright::watch::WatchError>>,
+    metrics: Arc<WatchMetrics>,
+}
+
+fn start(cfg: &Config) -> Watcher {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let metrics = Arc::new(WatchMetrics::default());
+    let task = {
+        let (cfg, metrics) = (cfg.clone(), metrics.clone());
+        let opts = WatchOptions { window: Duration::from_millis(50), ..WatchOptions::default() };
+        tokio::spawn(async move {
+            cachewright::watch::run(&cfg, &opts, metrics, async {
+                let _ = stopped.await;
+            })
+            .await
+        })
+    };
+    Watcher { stop, task, metrics }
+}
+
+impl Watcher {
+    async fn stop(self) -> Arc<WatchMetrics> {
+        let _ = self.stop.send(());
+        self.task.await.unwrap().expect("watcher ran cleanly");
+        self.metrics
+    }
+
+    /// A crash: the task is dropped wherever it is.
+    async fn kill(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}
+
+struct Data {
+    db: mongodb::Database,
+    rng: Rng,
+    marker: u32,
+}
+
+const CATS: u64 = 14;
+const TAGS: u64 = 40;
+
+impl Data {
+    fn cat(&mut self) -> Bson {
+        Bson::String(format!("c{}", self.rng.below(CATS + 2)))
+    }
+    fn tag(&mut self) -> Bson {
+        Bson::String(format!("t{}", self.rng.below(TAGS + 3)))
+    }
+    fn video_doc(&mut self) -> Document {
+        let n_cats = self.rng.below(4);
+        let cats: Vec<Bson> = (0..n_cats).map(|_| self.cat()).collect();
+        let n_tags = self.rng.below(5);
+        let tags: Vec<Bson> = (0..n_tags).map(|_| self.tag()).collect();
+        let mut d = doc! { "title": format!("v{}", self.rng.below(1000)) };
+        if self.rng.chance(0.15) {
+            d.insert("categoryId", self.cat());
+        } else {
+            d.insert("categoryIds", cats);
+        }
+        d.insert("tagIds", tags);
+        d.insert("listStatus", if self.rng.chance(0.85) { 1 } else { 0 });
+        // Few distinct times, so ties in the lists are common.
+        d.insert("addedTime", DateTime::from_millis(1_700_000_000_000 + self.rng.below(6) as i64 * 60_000));
+        d
+    }
+
+    async fn seed(&mut self) {
+        for name in ["Channel", "Category", "Tag", "VideoMedia"] {
+            self.db.collection::<Document>(name).drop().await.unwrap();
+        }
+        let cats: Vec<Document> = (0..CATS)
+            .map(|i| doc! {"_id": format!("c{i}"), "name": format!("cat {}", i % 5), "seq": (i % 3) as i32, "status": if i % 5 == 4 { 0 } else { 1 }})
+            .collect();
+        self.db.collection::<Document>("Category").insert_many(cats).await.unwrap();
+        let mut tags = Vec::new();
+        for i in 0..TAGS {
+            let cat = self.cat();
+            tags.push(doc! {"_id": format!("t{i}"), "name": format!("Tag {}", i % 7), "seq": (i % 4) as i32, "categoryId": cat, "status": if i % 9 == 8 { 0 } else { 1 }});
+        }
+        self.db.collection::<Document>("Tag").insert_many(tags).await.unwrap();
+        let mut channels = Vec::new();
+        for i in 0..4 {
+            let refs: Vec<Bson> = (0..5).map(|_| Bson::Document(doc! {"id": self.cat()})).collect();
+            let tag_refs: Vec<Bson> = (0..3).map(|_| Bson::Document(doc! {"id": self.tag()})).collect();
+            channels.push(doc! {"_id": format!("ch{i}"), "name": format!("channel {i}"), "landingUrl": "u", "categories": refs, "tags": tag_refs});
+        }
+        self.db.collection::<Document>("Channel").insert_many(channels).await.unwrap();
+        let videos: Vec<Document> = (0..150)
+            .map(|i| {
+                let mut d = self.video_doc();
+                d.insert("_id", format!("v{i}"));
+                d
+            })
+            .collect();
+        self.db.collection::<Document>("VideoMedia").insert_many(videos).await.unwrap();
+    }
+
+    /// One random insert, update, replace or delete in any collection.
+    async fn change(&mut self) {
+        let videos = self.db.collection::<Document>("VideoMedia");
+        let v = format!("v{}", self.rng.below(170));
+        match self.rng.below(14) {
+            0..=3 => {
+                let d = self.video_doc();
+                videos.replace_one(doc! {"_id": &v}, d).upsert(true).await.unwrap();
+            }
+            4 => {
+                videos.delete_one(doc! {"_id": &v}).await.unwrap();
+            }
+            5 | 6 => {
+                let cats: Vec<Bson> = (0..self.rng.below(4)).map(|_| self.cat()).collect();
+                let update = if self.rng.chance(0.2) {
+                    doc! {"$set": {"categoryId": self.cat()}, "$unset": {"categoryIds": ""}}
+                } else {
+                    doc! {"$set": {"categoryIds": cats}, "$unset": {"categoryId": ""}}
+                };
+                videos.update_one(doc! {"_id": &v}, update).await.unwrap();
+            }
+            7 => {
+                let status = if self.rng.chance(0.5) { 1 } else { 0 };
+                let time = DateTime::from_millis(1_700_000_000_000 + self.rng.below(6) as i64 * 60_000);
+                videos
+                    .update_one(doc! {"_id": &v}, doc! {"$set": {"listStatus": status, "addedTime": time}})
+                    .await
+                    .unwrap();
+            }
+            8 => {
+                let tags: Vec<Bson> = (0..self.rng.below(5)).map(|_| self.tag()).collect();
+                videos.update_one(doc! {"_id": &v}, doc! {"$set": {"tagIds": tags}}).await.unwrap();
+            }
+            9 => {
+                let c = format!("c{}", self.rng.below(CATS + 1));
+                let update = match self.rng.below(3) {
+                    0 => doc! {"$set": {"status": if self.rng.chance(0.5) { 1 } else { 0 }}},
+                    1 => doc! {"$set": {"name": format!("renamed {}", self.rng.below(9))}},
+                    _ => doc! {"$set": {"seq": self.rng.below(4) as i32}},
+                };
+                let categories = self.db.collection::<Document>("Category");
+                if self.rng.chance(0.1) {
+                    categories.delete_one(doc! {"_id": &c}).await.unwrap();
+                } else {
+                    let mut base = doc! {"name": "new", "seq": 1, "status": 1};
+                    base.extend(update.get_document("$set").unwrap().clone());
+                    categories.update_one(doc! {"_id": &c}, doc! {"$set": base}).upsert(true).await.unwrap();
+                }
+            }
+            10 | 11 => {
+                let t = format!("t{}", self.rng.below(TAGS + 1));
+                let cat = self.cat();
+                let update = match self.rng.below(3) {
+                    0 => doc! {"$set": {"status": if self.rng.chance(0.6) { 1 } else { 0 }}},
+                    1 => doc! {"$set": {"categoryId": cat}},
+                    _ => doc! {"$set": {"name": format!("Renamed {}", self.rng.below(9))}},
+                };
+                let tags = self.db.collection::<Document>("Tag");
+                if self.rng.chance(0.1) {
+                    tags.delete_one(doc! {"_id": &t}).await.unwrap();
+                } else {
+                    let mut base = doc! {"name": "new tag", "seq": 2, "status": 1, "categoryId": "c1"};
+                    base.extend(update.get_document("$set").unwrap().clone());
+                    tags.update_one(doc! {"_id": &t}, doc! {"$set": base}).upsert(true).await.unwrap();
+                }
+            }
+            _ => {
+                let ch = format!("ch{}", self.rng.below(5));
+                let refs: Vec<Bson> = (0..self.rng.below(6)).map(|_| Bson::Document(doc! {"id": self.cat()})).collect();
+                let tag_refs: Vec<Bson> =
+                    (0..self.rng.below(4)).map(|_| Bson::Document(doc! {"id": self.tag()})).collect();
+                self.db
+                    .collection::<Document>("Channel")
+                    .update_one(
+                        doc! {"_id": &ch},
+                        doc! {"$set": {"name": format!("channel {}", self.rng.below(9)), "landingUrl": "u", "categories": refs, "tags": tag_refs}},
+                    )
+                    .upsert(true)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+
+    /// Writes a marker into every collection and waits until the watcher
+    /// applied all four: each stream is ordered, so everything before them
+    /// is applied too.
+    async fn settle(&mut self, redis: &str, prefix: &str) {
+        self.marker += 1;
+        let m = self.marker;
+        let (cat, tag, ch, v) = (format!("mc{m}"), format!("mt{m}"), format!("mch{m}"), format!("mv{m}"));
+        self.db
+            .collection::<Document>("Category")
+            .insert_one(doc! {"_id": &cat, "name": "marker", "seq": 9, "status": 1})
+            .await
+            .unwrap();
+        self.db
+            .collection::<Document>("Tag")
+            .insert_one(doc! {"_id": &tag, "name": "marker", "seq": 9, "status": 1, "categoryId": &cat})
+            .await
+            .unwrap();
+        self.db
+            .collection::<Document>("Channel")
+            .insert_one(doc! {"_id": &ch, "name": "marker", "landingUrl": "m"})
+            .await
+            .unwrap();
+        self.db
+            .collection::<Document>("VideoMedia")
+            .insert_one(doc! {"_id": &v, "title": "marker", "categoryIds": [&cat], "tagIds": [&tag], "listStatus": 1})
+            .await
+            .unwrap();
+        let wanted = [
+            format!("{prefix}:category:by-id:{cat}"),
+            format!("{prefix}:video:tag:list:{cat}:{tag}"),
+            format!("{prefix}:channel:by-id:{ch}"),
+            format!("{prefix}:video:detail:{v}"),
+        ];
+        let mut conn = common::redis_conn(redis).await;
+        for _ in 0..600 {
+            let n: usize = redis::cmd("EXISTS").arg(&wanted[..]).query_async(&mut conn).await.unwrap();
+            if n == wanted.len() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut missing = Vec::new();
+        for key in &wanted {
+            let n: usize = redis::cmd("EXISTS").arg(key).query_async(&mut conn).await.unwrap();
+            if n == 0 {
+                missing.push(key.clone());
+            }
+        }
+        panic!("the watcher did not apply the markers within 30s: missing {missing:?}");
+    }
+}
+
+/// Rebuilds into a second prefix and compares every key (TTLs aside).
+async fn assert_same_as_rebuild(mongo: &str, redis: &str, name: &str, prefix: &str, seed: u64) {
+    let fresh_prefix = format!("{prefix}f");
+    let fresh = config(mongo, redis, name, &fresh_prefix);
+    rebuild(&fresh, &RebuildOptions::full(), &Progress::hidden()).await.expect("reference rebuild");
+    let watched = common::render_dump(&common::dump(redis, &format!("{prefix}:")).await, &format!("{prefix}:"));
+    let expected =
+        common::render_dump(&common::dump(redis, &format!("{fresh_prefix}:")).await, &format!("{fresh_prefix}:"));
+    // The watched prefix is a prefix of the fresh one's; drop those keys.
+    let watched: String = watched.split_inclusive('\n').collect::<Vec<_>>().join("");
+    if watched != expected {
+        let diff = similar::TextDiff::from_lines(&expected, &watched);
+        panic!(
+            "seed {seed}: watched keys differ from a fresh rebuild (- rebuild, + watcher):\n{}",
+            diff.unified_diff().context_radius(1)
+        );
+    }
+    // Remove the reference so later comparisons start clean.
+    let mut conn = common::redis_conn(redis).await;
+    let keys: Vec<String> = common::dump(redis, &format!("{fresh_prefix}:")).await.into_keys().collect();
+    if !keys.is_empty() {
+        let _: () = redis::cmd("DEL").arg(keys).query_async(&mut conn).await.unwrap();
+    }
+}
+
+async fn data(cfg: &Config, seed: u64) -> Data {
+    let source = cachewright::source::Source::connect(cfg).await.unwrap();
+    Data { db: source.database().clone(), rng: Rng::new(seed), marker: 0 }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_changes_through_the_watcher_equal_a_full_rebuild() {
+    let s = common::shared();
+    for seed in 1..=20u64 {
+        let name = common::unique("watchdiff");
+        let prefix = format!("w{name}");
+        let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &prefix);
+        let mut d = data(&cfg, seed).await;
+        d.seed().await;
+        let watcher = start(&cfg);
+        for _ in 0..120 {
+            d.change().await;
+        }
+        d.settle(&s.redis.url(), &prefix).await;
+        let metrics = watcher.stop().await;
+        assert!(metrics.total_applied() >= 40, "seed {seed}: {} events", metrics.total_applied());
+        assert_same_as_rebuild(&s.mongo.uri(), &s.redis.url(), &name, &prefix, seed).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_watcher_resumes_and_misses_nothing() {
+    let s = common::shared();
+    let name = common::unique("watchcrash");
+    let prefix = format!("w{name}");
+    let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &prefix);
+    let mut d = data(&cfg, 42).await;
+    d.seed().await;
+    let watcher = start(&cfg);
+    for _ in 0..40 {
+        d.change().await;
+    }
+    d.settle(&s.redis.url(), &prefix).await;
+    // Killed in the middle of a stream of changes.
+    for _ in 0..20 {
+        d.change().await;
+    }
+    watcher.kill().await;
+    for _ in 0..40 {
+        d.change().await;
+    }
+    let watcher = start(&cfg);
+    d.settle(&s.redis.url(), &prefix).await;
+    let metrics = watcher.stop().await;
+    assert_eq!(metrics.rebuilds.load(std::sync::atomic::Ordering::Relaxed), 0, "resumed without a rebuild");
+    assert_same_as_rebuild(&s.mongo.uri(), &s.redis.url(), &name, &prefix, 42).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_resume_token_leads_to_a_rebuild_then_streaming() {
+    let s = common::shared();
+    let name = common::unique("watchlost");
+    let prefix = format!("w{name}");
+    let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &prefix);
+    let mut d = data(&cfg, 7).await;
+    d.seed().await;
+    let watcher = start(&cfg);
+    d.settle(&s.redis.url(), &prefix).await;
+    watcher.stop().await;
+    let mut conn = common::redis_conn(&s.redis.url()).await;
+    let _: () = redis::cmd("SET")
+        .arg(format!("{}cdc:resume:VideoMedia", cfg.status_prefix))
+        .arg(r#"{"_data":"00DEADBEEF"}"#)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for _ in 0..30 {
+        d.change().await;
+    }
+    let watcher = start(&cfg);
+    d.settle(&s.redis.url(), &prefix).await;
+    for _ in 0..30 {
+        d.change().await;
+    }
+    d.settle(&s.redis.url(), &prefix).await;
+    let metrics = watcher.stop().await;
+    assert_eq!(metrics.rebuilds.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_same_as_rebuild(&s.mongo.uri(), &s.redis.url(), &name, &prefix, 7).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watcher_survives_a_mongodb_restart() {
+    let redis = &common::shared().redis;
+    let mut mongo = common::servers::Mongo::start();
+    let name = common::unique("watchrestart");
+    let prefix = format!("w{name}");
+    let cfg = config(&mongo.uri(), &redis.url(), &name, &prefix);
+    let mut d = data(&cfg, 9).await;
+    d.seed().await;
+    let watcher = start(&cfg);
+    for _ in 0..30 {
+        d.change().await;
+    }
+    d.settle(&redis.url(), &prefix).await;
+    mongo.restart();
+    let mut d = data(&cfg, 10).await;
+    d.marker = 100;
+    for _ in 0..30 {
+        d.change().await;
+    }
+    d.settle(&redis.url(), &prefix).await;
+    watcher.stop().await;
+    assert_same_as_rebuild(&mongo.uri(), &redis.url(), &name, &prefix, 9).await;
+}

@@ -39,6 +39,10 @@ say "(c) full rebuild into an empty Redis"
 say "(c') full rebuild again, over its own keys (sweep path)"
 "$BIN" rebuild --summary-json "$OUT/rebuild-warm.json" >"$OUT/rebuild-warm.txt" 2>"$OUT/rebuild-warm.log"
 
+say "watcher: latency at 1,000 updates/s, then the sustained apply rate"
+flush
+"$BIN" bench --watch --rate 1000 --seconds 10 --out "$OUT/watch.json" 2>"$OUT/watch.log"
+
 python3 - "$OUT" "$VIDEOS" <<'PY'
 import json, sys
 out, videos = sys.argv[1], sys.argv[2]
@@ -56,6 +60,11 @@ print(f"(c') full rebuild, warm        {w['duration_seconds']:8.2f} s wall, {w['
 print(f"c / max(a, b)                  {cw / max(a, b):8.2f}")
 print(f"c / (a + b)                    {cw / (a + b):8.2f}")
 print(f"redis used_memory after        {mib(c['used_memory_after'])}")
+wb = json.load(open(f"{out}/watch.json"))
+print(f"watcher, {wb['rate_per_s']} updates/s for {wb['updates_sent']} updates, window {wb['window_ms']} ms:")
+print(f"  event-to-Redis latency       p50 {wb['latency_p50_ms']:.0f} ms, p99 {wb['latency_p99_ms']:.0f} ms")
+print(f"  beyond the window            p50 {wb['beyond_window_p50_ms']:.0f} ms, p99 {wb['beyond_window_p99_ms']:.0f} ms")
+print(f"  sustained apply rate         {wb['sustained_per_s']:.0f} updates/s ({wb['sustained_updates']} in {wb['sustained_seconds']:.2f} s)")
 print("keys per family:")
 for fam, n in sorted(p["keys_per_family"].items()):
     print(f"  {fam:26} {n:9}")

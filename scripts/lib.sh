@@ -66,7 +66,7 @@ start_mongo() {
   mkdir -p "$RUN_DIR"
   say "starting secantusd-rs on 127.0.0.1:$port (data in $RUN_DIR/mongo-$port)"
   nohup secantusd-rs --port "$port" --storage-path "$RUN_DIR/mongo-$port" \
-    --cache-size 1G --log-file-max 16MB --log-level WARNING \
+    --cache-size 1G --log-file-max 16MB --log-level WARNING --oplog-max-entries 20000000 \
     >"$RUN_DIR/mongo-$port.log" 2>&1 &
   echo $! >"$RUN_DIR/mongo-$port.pid"
   wait_port "$port" secantusd-rs

@@ -237,6 +237,15 @@ pub struct BenchArgs {
     /// Where to write the JSON result (stdout when absent)
     #[arg(long, value_name = "PATH")]
     pub out: Option<PathBuf>,
+    /// Benchmark the watcher instead: latency at --rate updates/s, then the sustained rate
+    #[arg(long)]
+    pub watch: bool,
+    /// Video updates per second for the latency phase
+    #[arg(long, default_value_t = 1000)]
+    pub rate: u64,
+    /// Seconds per phase
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
 }
 
 /// Resolves `--only` names to families.

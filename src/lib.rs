@@ -19,6 +19,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod bench_watch;
 pub mod cli;
 pub mod config;
 pub mod docs;

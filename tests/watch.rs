@@ -48,6 +48,18 @@ fn start(cfg: &Config) -> Watcher {
     Watcher { stop, task, metrics }
 }
 
+/// Starts a watcher and waits until its streams are open.
+async fn start_streaming(cfg: &Config) -> Watcher {
+    let watcher = start(cfg);
+    for _ in 0..1500 {
+        if watcher.metrics.streaming.load(std::sync::atomic::Ordering::Relaxed) {
+            return watcher;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the watcher did not start streaming within 30s");
+}
+
 impl Watcher {
     async fn stop(self) -> Arc<WatchMetrics> {
         let _ = self.stop.send(());
@@ -321,7 +333,7 @@ async fn a_killed_watcher_resumes_and_misses_nothing() {
     let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &prefix);
     let mut d = data(&cfg, 42).await;
     d.seed().await;
-    let watcher = start(&cfg);
+    let watcher = start_streaming(&cfg).await;
     for _ in 0..40 {
         d.change().await;
     }
@@ -329,6 +341,19 @@ async fn a_killed_watcher_resumes_and_misses_nothing() {
     // Killed in the middle of a stream of changes.
     for _ in 0..20 {
         d.change().await;
+    }
+    // Every stream has saved a token by now (idle ones within a second).
+    let mut conn = common::redis_conn(&s.redis.url()).await;
+    for _ in 0..200 {
+        let keys: Vec<String> = ["Channel", "Category", "Tag", "VideoMedia"]
+            .iter()
+            .map(|c| format!("{}cdc:resume:{c}", cfg.status_prefix))
+            .collect();
+        let n: usize = redis::cmd("EXISTS").arg(keys).query_async(&mut conn).await.unwrap();
+        if n == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     watcher.kill().await;
     for _ in 0..40 {

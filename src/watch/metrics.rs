@@ -16,6 +16,8 @@ pub struct WatchMetrics {
     pub last_applied_at_ms: AtomicU64,
     /// now − the newest event's cluster time, at its application (ms).
     pub lag_ms: AtomicU64,
+    /// True once the streams are open and events are being applied.
+    pub streaming: std::sync::atomic::AtomicBool,
 }
 
 fn now_ms() -> u64 {

@@ -36,17 +36,22 @@ use std::time::{Duration, Instant};
 use stream::{Item, StartAt};
 use tokio::sync::mpsc;
 
-#[derive(Debug, Clone)]
+/// Called after a batch's writes succeeded, with the written ids of the
+/// videos it touched (the benchmark measures latency with it).
+pub type AppliedHook = Arc<dyn Fn(&[String]) + Send + Sync>;
+
+#[derive(Clone)]
 pub struct WatchOptions {
     /// How long to gather events before applying them.
     pub window: Duration,
     /// The most events applied in one batch.
     pub max_batch: usize,
+    pub on_applied: Option<AppliedHook>,
 }
 
 impl Default for WatchOptions {
     fn default() -> Self {
-        WatchOptions { window: Duration::from_millis(200), max_batch: 20_000 }
+        WatchOptions { window: Duration::from_millis(200), max_batch: 20_000, on_applied: None }
     }
 }
 
@@ -60,6 +65,17 @@ pub enum WatchError {
     Rebuild(#[from] RunError),
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// Stream tasks end with the engine, even when its future is dropped.
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
 }
 
 /// Changes per MULTI/EXEC.
@@ -117,18 +133,21 @@ pub async fn run(
         let existing = sink.scan_existing(&ctx.keys, catalog_families).await?;
         model.catalog_keys_exist(existing.keys.into_iter().map(|(_, k)| k));
         tracing::info!(videos = model.video_count(), "watcher model loaded; streaming");
+        metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
 
         let mut backoff = Duration::from_millis(200);
         loop {
             let (tx, mut rx) = mpsc::channel::<Item>(20_000);
-            let tasks: Vec<_> = Coll::ALL
-                .iter()
-                .zip(starts.iter().cloned())
-                .map(|(coll, start)| {
-                    let name = coll.name(&cfg.collections).to_string();
-                    tokio::spawn(stream::follow(source.database().clone(), *coll, name, start, tx.clone()))
-                })
-                .collect();
+            let tasks = AbortOnDrop(
+                Coll::ALL
+                    .iter()
+                    .zip(starts.iter().cloned())
+                    .map(|(coll, start)| {
+                        let name = coll.name(&cfg.collections).to_string();
+                        tokio::spawn(stream::follow(source.database().clone(), *coll, name, start, tx.clone()))
+                    })
+                    .collect(),
+            );
             drop(tx);
             let outcome = stream_batches(
                 cfg,
@@ -144,9 +163,7 @@ pub async fn run(
                 &mut shutdown,
             )
             .await;
-            for task in tasks {
-                task.abort();
-            }
+            drop(tasks);
             match outcome? {
                 None => return Ok(()),
                 Some(Restart::Reopen) => {
@@ -191,8 +208,14 @@ async fn stream_batches(
             item = rx.recv() => item,
         };
         let Some(first) = first else { return Ok(Some(Restart::Reopen)) };
+        // The window runs from the first event's arrival: one that queued
+        // while the previous batch was being written has waited already.
+        let arrived = match &first {
+            Item::Event(_, _, at) => tokio::time::Instant::from_std(*at),
+            _ => tokio::time::Instant::now(),
+        };
         let mut items = vec![first];
-        let deadline = tokio::time::Instant::now() + opts.window;
+        let deadline = arrived + opts.window;
         while items.len() < opts.max_batch {
             match tokio::time::timeout_at(deadline, rx.recv()).await {
                 Ok(Some(item)) => items.push(item),
@@ -217,7 +240,7 @@ async fn stream_batches(
                 Item::Idle(coll, token) => {
                     tokens.insert(coll, token);
                 }
-                Item::Event(coll, event) => {
+                Item::Event(coll, event, _) => {
                     if let Some(t) = event.cluster_time {
                         newest_cluster_time = newest_cluster_time.max(t.time);
                     }
@@ -243,7 +266,10 @@ async fn stream_batches(
             }
         }
         if !events.is_empty() {
-            apply_batch(sink, source, model, ctx, events).await?;
+            let videos = apply_batch(sink, source, model, ctx, events).await?;
+            if let Some(hook) = &opts.on_applied {
+                hook(&videos);
+            }
         }
         save_tokens(sink, status, cfg, &tokens).await?;
         for (coll, token) in tokens {
@@ -260,7 +286,7 @@ async fn apply_batch(
     model: &mut Model,
     ctx: &crate::plan::PlanCtx,
     events: Vec<Event>,
-) -> Result<(), WatchError> {
+) -> Result<Vec<String>, WatchError> {
     let mut touched = Touched::default();
     for event in events {
         model.apply(event, &mut touched);
@@ -277,18 +303,33 @@ async fn apply_batch(
     }
     // The categories Redis lists for the touched videos: their membership
     // as last written, even across a restart of this process.
-    let mut redis_categories = BTreeSet::new();
+    // and the details they were written with (which show the index view).
+    let mut redis_categories: std::collections::BTreeMap<String, BTreeSet<String>> = Default::default();
+    let mut redis_details: HashMap<String, String> = HashMap::new();
     if !touched.videos.is_empty() {
         let mut conn = sink.connection();
         let mut pipe = redis::pipe();
         for w in &touched.videos {
             pipe.cmd("SMEMBERS").arg(ctx.keys.key(crate::registry::FamilyId::VideoCategories, &[w]).text);
+            pipe.cmd("GET").arg(ctx.keys.key(crate::registry::FamilyId::VideoDetail, &[w]).text);
         }
-        let sets: Vec<Vec<String>> = pipe
+        let replies: Vec<redis::Value> = pipe
             .query_async(&mut conn)
             .await
             .map_err(|source| WatchError::Sink(SinkError::Scan { attempts: 1, source }))?;
-        redis_categories.extend(sets.into_iter().flatten().filter(|c| crate::model::id::is_usable_id(c)));
+        let mut sets: Vec<Vec<String>> = Vec::new();
+        for (w, pair) in touched.videos.iter().zip(replies.chunks(2)) {
+            sets.push(redis::from_redis_value(pair[0].clone()).unwrap_or_default());
+            if let Ok(Some(detail)) = redis::from_redis_value::<Option<String>>(pair[1].clone()) {
+                redis_details.insert(w.clone(), detail);
+            }
+        }
+        for (w, cats) in touched.videos.iter().zip(sets) {
+            let cats: BTreeSet<String> = cats.into_iter().filter(|c| crate::model::id::is_usable_id(c)).collect();
+            if !cats.is_empty() {
+                redis_categories.insert(w.clone(), cats);
+            }
+        }
     }
     let tag_lists = if touched.categories.is_empty() && touched.tags.is_empty() {
         Vec::new()
@@ -305,11 +346,11 @@ async fn apply_batch(
             })
             .collect()
     };
-    let changes: Vec<Change> = model.plan(&touched, &redis_categories, &tag_lists, ctx);
+    let changes: Vec<Change> = model.plan(&touched, &redis_categories, &redis_details, &tag_lists, ctx);
     for chunk in changes.chunks(CHANGES_PER_TX) {
         sink.apply_changes(chunk).await?;
     }
-    Ok(())
+    Ok(touched.videos.into_iter().collect())
 }
 
 fn ctx_video_name(_source: &Source, model: &Model) -> String {

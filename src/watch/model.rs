@@ -86,14 +86,21 @@ pub struct Touched {
     /// Written video ids whose effective document may have changed.
     pub videos: BTreeSet<String>,
     /// Active categories those videos had before the batch (per the model).
-    pub old_categories: BTreeSet<String>,
+    /// Per touched video (written id): the active categories it had before
+    /// the batch, per the model; the engine adds what Redis lists.
+    pub old_categories: BTreeMap<String, BTreeSet<String>>,
     /// Written ids of the catalogue documents the batch touched. Their
     /// dependent keys are recomputed whole, whatever the model believed
     /// before (after a restart it may already hold the new state).
     pub categories: BTreeSet<String>,
     pub tags: BTreeSet<String>,
     pub channels: BTreeSet<String>,
+    /// Per touched video: what the index families saw of it before.
+    before: BTreeMap<String, Option<IndexView>>,
 }
+
+/// What the index families read of a video.
+type IndexView = (i64, Vec<String>, Vec<String>);
 
 pub struct Model {
     names: Collections,
@@ -104,6 +111,10 @@ pub struct Model {
     /// Digests of the catalogue keys as last written; `None` entries mean
     /// "exists, contents unknown" (after a restart).
     catalog_written: HashMap<String, Option<u128>>,
+    /// Videos whose index entries this process wrote itself, so the model
+    /// is known to match Redis for them; only for these may an update that
+    /// leaves the index view unchanged skip the index families.
+    verified: HashSet<String>,
 }
 
 fn digest(value: &Value) -> u128 {
@@ -134,6 +145,7 @@ impl Model {
             videos: IndexMap::new(),
             by_written: HashMap::new(),
             catalog_written: HashMap::new(),
+            verified: HashSet::new(),
         };
         model.catalog = model.decode_catalog();
         for doc in videos {
@@ -226,13 +238,23 @@ impl Model {
             Event::Upsert { coll: Coll::Video, key, raw_id, doc } => {
                 // The event names the id even when the model has not seen
                 // the document (it may already be gone from the model).
-                touched.videos.extend(written_of(&raw_id));
+                if let Some(w) = written_of(&raw_id) {
+                    if !touched.before.contains_key(&w) {
+                        touched.before.insert(w.clone(), self.index_view(&w));
+                    }
+                    touched.videos.insert(w);
+                }
                 self.touch_video_key(&key, touched);
                 self.put_video(key.clone(), raw_id, &doc, true);
                 self.touch_video_key(&key, touched);
             }
             Event::Remove { coll: Coll::Video, key, raw_id } => {
-                touched.videos.extend(written_of(&raw_id));
+                if let Some(w) = written_of(&raw_id) {
+                    if !touched.before.contains_key(&w) {
+                        touched.before.insert(w.clone(), self.index_view(&w));
+                    }
+                    touched.videos.insert(w);
+                }
                 self.touch_video_key(&key, touched);
                 if let Some(old) = self.videos.shift_remove(&key) {
                     self.unlink_written(&key, old.written);
@@ -270,10 +292,17 @@ impl Model {
         }
     }
 
+    fn index_view(&self, written: &str) -> Option<IndexView> {
+        self.effective(written).map(|v| (v.added_ms, v.category_ids.clone(), v.tag_ids.clone()))
+    }
+
     fn touch_video_key(&self, key: &IdKey, touched: &mut Touched) {
         let Some(w) = self.videos.get(key).and_then(|s| s.written.clone()) else { return };
+        if !touched.before.contains_key(&w) {
+            touched.before.insert(w.clone(), self.index_view(&w));
+        }
         if let Some(video) = self.effective(&w) {
-            touched.old_categories.extend(self.active_categories_of(video));
+            touched.old_categories.entry(w.clone()).or_default().extend(self.active_categories_of(video));
         }
         touched.videos.insert(w);
     }
@@ -289,7 +318,8 @@ impl Model {
     pub fn plan(
         &mut self,
         touched: &Touched,
-        redis_categories: &BTreeSet<String>,
+        redis_categories: &BTreeMap<String, BTreeSet<String>>,
+        redis_details: &HashMap<String, String>,
         tag_lists: &[(String, String)],
         ctx: &PlanCtx,
     ) -> Vec<Change> {
@@ -345,10 +375,33 @@ impl Model {
         let catalog = &self.catalog;
 
         // Categories whose video keys may change, and what else that needs.
-        let mut affected: BTreeSet<String> = touched.old_categories.clone();
-        affected.extend(redis_categories.iter().cloned());
+        // Videos whose index view changed (or may have: not verified).
+        // An update that leaves it alone (a new title, say) costs only
+        // its detail.
+        // The detail Redis holds shows the index view it was written with,
+        // which stays true across restarts of this process.
+        let moved: BTreeSet<&String> = touched
+            .videos
+            .iter()
+            .filter(|w| {
+                let unchanged_here =
+                    self.verified.contains(*w) && touched.before.get(*w).cloned().flatten() == self.index_view(w);
+                let new_detail = self.effective(w).and_then(|v| v.detail.as_deref());
+                let unchanged_in_redis =
+                    index_fields(redis_details.get(*w).map(String::as_str)) == index_fields(new_detail);
+                !(unchanged_here || unchanged_in_redis)
+            })
+            .collect();
+        // Each moved video's old and new categories: the index deltas.
+        let mut old_of: BTreeMap<&String, BTreeSet<String>> = BTreeMap::new();
+        for (w, cats) in touched.old_categories.iter().chain(redis_categories) {
+            if moved.contains(w) {
+                old_of.entry(w).or_default().extend(cats.iter().cloned());
+            }
+        }
+        let mut affected: BTreeSet<String> = old_of.values().flatten().cloned().collect();
         affected.extend(changed_categories.iter().cloned());
-        for w in &touched.videos {
+        for w in &moved {
             if let Some(v) = self.effective(w) {
                 affected.extend(self.active_categories_of(v));
             }
@@ -391,7 +444,8 @@ impl Model {
         let mut members: HashMap<String, Vec<(i64, String)>> = HashMap::new();
         let mut tag_members: HashMap<String, Vec<(i64, String)>> = HashMap::new();
         let mut recategorised: BTreeSet<String> = BTreeSet::new();
-        for (w, keys) in &self.by_written {
+        let pass_needed = !needed.is_empty() || !needed_tags.is_empty() || !changed_categories.is_empty();
+        for (w, keys) in self.by_written.iter().filter(|_| pass_needed) {
             let Some(v) =
                 keys.first().and_then(|k| self.videos.get(k)).and_then(|s| s.doc.as_ref()).filter(|d| d.active)
             else {
@@ -438,6 +492,7 @@ impl Model {
         // Per video: its detail and category set.
         for w in touched.videos.iter().chain(recategorised.iter()) {
             let video = self.effective(w);
+            let quiet = !moved.contains(w) && !recategorised.contains(w);
             if touched.videos.contains(w) {
                 match video.and_then(|v| v.detail.clone()) {
                     Some(detail) => put(&mut changes, FamilyId::VideoDetail, &[w], Value::String(detail)),
@@ -447,8 +502,27 @@ impl Model {
                     None => {}
                 }
             }
-            let cats = video.map(|v| self.active_categories_of(v)).unwrap_or_default();
-            put(&mut changes, FamilyId::VideoCategories, &[w], Value::Set(cats));
+            if !quiet {
+                let cats = video.map(|v| self.active_categories_of(v)).unwrap_or_default();
+                put(&mut changes, FamilyId::VideoCategories, &[w], Value::Set(cats));
+            }
+        }
+
+        // Zset deltas: touched videos now in a category are (re)scored
+        // there; those that were in it and are not any more leave it.
+        let mut delta_add: HashMap<String, Vec<(i64, String)>> = HashMap::new();
+        let mut delta_remove: HashMap<String, Vec<String>> = HashMap::new();
+        for w in &moved {
+            let video = self.effective(w);
+            let now: Vec<String> = video.map(|v| self.active_categories_of(v)).unwrap_or_default();
+            if let Some(v) = video {
+                for c in &now {
+                    delta_add.entry(c.clone()).or_default().push((v.added_ms, (*w).clone()));
+                }
+            }
+            for c in old_of.get(w).into_iter().flatten().filter(|c| !now.contains(c)) {
+                delta_remove.entry(c.clone()).or_default().push((*w).clone());
+            }
         }
 
         // Per affected category: count, index (a delta when only videos
@@ -468,9 +542,8 @@ impl Model {
             if list.is_empty() || changed_categories.contains(c) {
                 put(&mut changes, FamilyId::VideoCategoryIndex, &[c], Value::Zset(list.clone()));
             } else if ctx.families.contains(FamilyId::VideoCategoryIndex) {
-                let now: HashMap<&str, i64> = list.iter().map(|(s, id)| (id.as_str(), *s)).collect();
-                let add = touched.videos.iter().filter_map(|w| now.get(w.as_str()).map(|s| (*s, w.clone()))).collect();
-                let remove = touched.videos.iter().filter(|w| !now.contains_key(w.as_str())).cloned().collect();
+                let add = delta_add.remove(c).unwrap_or_default();
+                let remove = delta_remove.remove(c).unwrap_or_default();
                 changes.push(Change::ZsetDelta { key: keys.key(FamilyId::VideoCategoryIndex, &[c]), add, remove });
             }
             put(
@@ -542,6 +615,7 @@ impl Model {
                 }
             }
         }
+        self.verified.extend(touched.videos.iter().cloned());
         // Details planned now are not kept.
         for w in &touched.videos {
             let first = self.by_written.get(w).and_then(|ks| ks.first()).cloned();
@@ -576,6 +650,13 @@ impl Model {
         }
         self.catalog_written = next;
     }
+}
+
+/// The fields of a detail payload the index families depend on.
+fn index_fields(detail: Option<&str>) -> Option<[serde_json::Value; 3]> {
+    let Some(detail) = detail else { return Some(Default::default()) };
+    let v: serde_json::Value = serde_json::from_str(detail).ok()?;
+    Some([v["categoryIds"].clone(), v["tagIds"].clone(), v["addedTime"].clone()])
 }
 
 fn id_ok(id: &str) -> bool {

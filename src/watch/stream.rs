@@ -19,7 +19,8 @@ pub enum StartAt {
 
 /// What a stream task reports.
 pub enum Item {
-    Event(Coll, Box<ChangeStreamEvent<RawDocumentBuf>>),
+    /// An event and when this process received it.
+    Event(Coll, Box<ChangeStreamEvent<RawDocumentBuf>>, Instant),
     /// No events; the stream has moved to this token.
     Idle(Coll, ResumeToken),
     Failed(Coll, mongodb::error::Error),
@@ -57,7 +58,7 @@ pub async fn follow(db: mongodb::Database, coll: Coll, name: String, start: Star
         match stream.next_if_any().await {
             Ok(Some(event)) => {
                 tracing::trace!(collection = %name, op = ?event.operation_type, "change event");
-                if tx.send(Item::Event(coll, Box::new(event))).await.is_err() {
+                if tx.send(Item::Event(coll, Box::new(event), Instant::now())).await.is_err() {
                     return;
                 }
             }

@@ -125,7 +125,19 @@ impl Mongo {
         let mut child = Command::new(bin)
             .args(["--port", &self.port.to_string(), "--storage-path"])
             .arg(self.dir.path().join("data"))
-            .args(["--cache-size", "256M", "--log-file-max", "8MB", "--log-level", "WARNING"])
+            // The default oplog cap (100,000 entries) would prune history a
+            // resuming watcher still needs; SecantusDB then resumes silently
+            // past the gap instead of reporting ChangeStreamHistoryLost.
+            .args([
+                "--cache-size",
+                "256M",
+                "--log-file-max",
+                "8MB",
+                "--log-level",
+                "WARNING",
+                "--oplog-max-entries",
+                "20000000",
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

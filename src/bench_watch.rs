@@ -1,0 +1,172 @@
+//! The watcher benchmark (`cachewright bench --watch`): event-to-Redis
+//! latency at a steady update rate, and the sustained rate of video
+//! updates applied per second. Runs the watcher in-process on the
+//! configured database, so generate a data set first (scripts/bench.sh).
+
+use crate::config::Config;
+use crate::source::Source;
+use crate::watch::{WatchMetrics, WatchOptions};
+use futures::StreamExt;
+use mongodb::bson::{Document, doc};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Serialize)]
+pub struct WatchBench {
+    pub window_ms: u64,
+    pub rate_per_s: u64,
+    pub updates_sent: u64,
+    pub latency_p50_ms: f64,
+    pub latency_p99_ms: f64,
+    pub beyond_window_p50_ms: f64,
+    pub beyond_window_p99_ms: f64,
+    pub sustained_updates: u64,
+    pub sustained_seconds: f64,
+    pub sustained_per_s: f64,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+pub async fn run(cfg: &Config, rate: u64, seconds: u64) -> anyhow::Result<WatchBench> {
+    let source = Source::connect(cfg).await?;
+    let videos = source.database().collection::<Document>(&cfg.collections.video);
+    let ids: Vec<mongodb::bson::Bson> = videos
+        .find(doc! { "listStatus": 1 })
+        .projection(doc! { "_id": 1 })
+        .limit(20_000)
+        .await?
+        .filter_map(|d| async move { d.ok().and_then(|d| d.get("_id").cloned()) })
+        .collect()
+        .await;
+    anyhow::ensure!(!ids.is_empty(), "no active videos; generate a data set first");
+    let written = |id: &mongodb::bson::Bson| match id {
+        mongodb::bson::Bson::ObjectId(o) => o.to_hex(),
+        other => other.as_str().unwrap_or_default().to_string(),
+    };
+
+    // Sent time of the latest update per video, and measured latencies.
+    let sent: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let window = Duration::from_millis(200);
+    let hook = {
+        let (sent, latencies) = (sent.clone(), latencies.clone());
+        Arc::new(move |touched: &[String]| {
+            let now = Instant::now();
+            let mut sent = sent.lock().unwrap_or_else(|e| e.into_inner());
+            let mut lat = latencies.lock().unwrap_or_else(|e| e.into_inner());
+            for id in touched {
+                if let Some(at) = sent.remove(id) {
+                    lat.push(now.duration_since(at).as_secs_f64() * 1000.0);
+                }
+            }
+        })
+    };
+    let opts = WatchOptions { window, on_applied: Some(hook), ..WatchOptions::default() };
+    let metrics = Arc::new(WatchMetrics::default());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let watcher = {
+        let (cfg, metrics) = (cfg.clone(), metrics.clone());
+        tokio::spawn(async move {
+            crate::watch::run(&cfg, &opts, metrics, async {
+                let _ = stop_rx.await;
+            })
+            .await
+        })
+    };
+    while !metrics.streaming.load(Ordering::Relaxed) {
+        anyhow::ensure!(!watcher.is_finished(), "the watcher stopped before streaming");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Phase 1: a steady rate, one update at a time.
+    let mut seq = 0u64;
+    let total = rate * seconds;
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut inflight = futures::stream::FuturesUnordered::new();
+    while seq < total {
+        tick.tick().await;
+        let id = ids[(seq as usize * 7919) % ids.len()].clone();
+        sent.lock().unwrap_or_else(|e| e.into_inner()).insert(written(&id), Instant::now());
+        let videos = videos.clone();
+        let title = format!("bench {seq}");
+        inflight.push(async move { videos.update_one(doc! { "_id": id }, doc! { "$set": { "title": title } }).await });
+        while inflight.len() > 64 {
+            inflight.next().await;
+        }
+        seq += 1;
+    }
+    while inflight.next().await.is_some() {}
+    let drain_deadline = Instant::now() + Duration::from_secs(30);
+    while !sent.lock().unwrap_or_else(|e| e.into_inner()).is_empty() && Instant::now() < drain_deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut lat = latencies.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    lat.sort_by(f64::total_cmp);
+    let window_ms = window.as_millis() as f64;
+
+    let _ = stop_tx.send(());
+    watcher.await??;
+
+    // Phase 2: the sustained apply rate. A backlog of updates is written
+    // while the watcher is stopped; the restarted watcher resumes from its
+    // tokens and drains it as fast as it can.
+    let backlog = (rate * seconds * 3).max(10_000);
+    let mut inflight = futures::stream::FuturesUnordered::new();
+    for n in 0..backlog {
+        let id = ids[(n as usize * 104_729) % ids.len()].clone();
+        let videos = videos.clone();
+        let title = format!("backlog {n}");
+        inflight.push(async move { videos.update_one(doc! { "_id": id }, doc! { "$set": { "title": title } }).await });
+        if inflight.len() >= 128 {
+            inflight.next().await;
+        }
+    }
+    while inflight.next().await.is_some() {}
+    let metrics = Arc::new(WatchMetrics::default());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let opts = WatchOptions { window, ..WatchOptions::default() };
+    let watcher = {
+        let (cfg, metrics) = (cfg.clone(), metrics.clone());
+        tokio::spawn(async move {
+            crate::watch::run(&cfg, &opts, metrics, async {
+                let _ = stop_rx.await;
+            })
+            .await
+        })
+    };
+    while !metrics.streaming.load(Ordering::Relaxed) {
+        anyhow::ensure!(!watcher.is_finished(), "the watcher stopped before streaming");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(120);
+    while metrics.applied[3].load(Ordering::Relaxed) < backlog && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let applied = metrics.applied[3].load(Ordering::Relaxed);
+    let sustained_seconds = started.elapsed().as_secs_f64();
+    let _ = stop_tx.send(());
+    watcher.await??;
+    Ok(WatchBench {
+        window_ms: window.as_millis() as u64,
+        rate_per_s: rate,
+        updates_sent: total,
+        latency_p50_ms: percentile(&lat, 0.5),
+        latency_p99_ms: percentile(&lat, 0.99),
+        beyond_window_p50_ms: (percentile(&lat, 0.5) - window_ms).max(0.0),
+        beyond_window_p99_ms: (percentile(&lat, 0.99) - window_ms).max(0.0),
+        sustained_updates: applied,
+        sustained_seconds,
+        sustained_per_s: applied as f64 / sustained_seconds,
+    })
+}

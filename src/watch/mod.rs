@@ -107,65 +107,91 @@ pub async fn run(
             Some(_) => None,
             None => load_tokens(&sink, &status, cfg).await?,
         };
+        // Without tokens the streams open first, then the rebuild reads:
+        // every change after the snapshot is in the streams, none is lost
+        // in the gap, and none is overwritten by the rebuild's older read.
+        let fresh = saved.is_none();
         let mut starts = match saved {
             Some(tokens) => tokens.into_iter().map(StartAt::Token).collect::<Vec<_>>(),
             None => {
-                let reason = rebuild_reason.take().unwrap_or_else(|| "no saved resume tokens".into());
-                tracing::info!(reason = %reason, "running a full rebuild before streaming");
                 clear_tokens(&sink, &status, cfg).await?;
-                let time = source.cluster_time().await?;
-                let opts = RebuildOptions::full().trigger(Trigger::ChangeStream);
-                let progress = Progress::hidden();
-                tokio::select! {
-                    _ = &mut shutdown => return Ok(()),
-                    result = rebuild_with_retries(cfg, &opts, &progress, 3) => { result?; }
-                }
-                metrics.rebuild();
-                vec![StartAt::Time(time); 4]
+                vec![StartAt::Now; 4]
             }
         };
-        let mut model = load_model(&source, cfg).await?;
-        // The catalogue keys as they are in Redis, contents unknown: the
-        // model may already be newer than what was written (changes made
-        // after the rebuild read, or while this process was down).
-        let catalog_families =
-            FamilySet::of(crate::registry::FamilyId::ALL.iter().copied().filter(|f| !f.needs_videos()));
-        let existing = sink.scan_existing(&ctx.keys, catalog_families).await?;
-        model.catalog_keys_exist(existing.keys.into_iter().map(|(_, k)| k));
-        tracing::info!(videos = model.video_count(), "watcher model loaded; streaming");
-        metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
-
+        let mut model: Option<Model> = None;
         let mut backoff = Duration::from_millis(200);
         loop {
             let (tx, mut rx) = mpsc::channel::<Item>(20_000);
+            let mut opened = Vec::new();
             let tasks = AbortOnDrop(
                 Coll::ALL
                     .iter()
                     .zip(starts.iter().cloned())
                     .map(|(coll, start)| {
                         let name = coll.name(&cfg.collections).to_string();
-                        tokio::spawn(stream::follow(source.database().clone(), *coll, name, start, tx.clone()))
+                        let (open_tx, open_rx) = tokio::sync::oneshot::channel();
+                        opened.push(open_rx);
+                        tokio::spawn(stream::follow(source.database().clone(), *coll, name, start, tx.clone(), open_tx))
                     })
                     .collect(),
             );
             drop(tx);
-            let outcome = stream_batches(
-                cfg,
-                opts,
-                &sink,
-                &source,
-                &status,
-                &mut model,
-                &ctx,
-                &metrics,
-                &mut rx,
-                &mut starts,
-                &mut shutdown,
-            )
-            .await;
+            let all_open = futures::future::join_all(opened).await.iter().all(Result::is_ok);
+            if all_open && model.is_none() {
+                if fresh {
+                    let reason = rebuild_reason.take().unwrap_or_else(|| "no saved resume tokens".into());
+                    tracing::info!(reason = %reason, "streams open; running a full rebuild before applying changes");
+                    let opts = RebuildOptions::full().trigger(Trigger::ChangeStream);
+                    let progress = Progress::hidden();
+                    tokio::select! {
+                        _ = &mut shutdown => return Ok(()),
+                        result = rebuild_with_retries(cfg, &opts, &progress, 3) => { result?; }
+                    }
+                    metrics.rebuild();
+                }
+                let mut loaded = load_model(&source, cfg).await?;
+                // The catalogue keys as they are in Redis, contents unknown:
+                // the model may already be newer than what was written
+                // (changes after the rebuild read, or while this process
+                // was down); the first catalogue change rewrites them all.
+                let catalog_families =
+                    FamilySet::of(crate::registry::FamilyId::ALL.iter().copied().filter(|f| !f.needs_videos()));
+                let existing = sink.scan_existing(&ctx.keys, catalog_families).await?;
+                loaded.catalog_keys_exist(existing.keys.into_iter().map(|(_, k)| k));
+                tracing::info!(videos = loaded.video_count(), "watcher model loaded; streaming");
+                metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
+                model = Some(loaded);
+            }
+            let outcome = match model.as_mut() {
+                Some(model) => {
+                    stream_batches(
+                        cfg,
+                        opts,
+                        &sink,
+                        &source,
+                        &status,
+                        model,
+                        &ctx,
+                        &metrics,
+                        &mut rx,
+                        &mut starts,
+                        &mut shutdown,
+                    )
+                    .await
+                }
+                // A stream failed to open before anything was loaded; its
+                // error is in the channel.
+                None => first_failure(cfg, &mut rx).await,
+            };
             drop(tasks);
             match outcome? {
                 None => return Ok(()),
+                // A stream that never reached a token cannot be reopened
+                // without a gap: start over.
+                Some(Restart::Reopen) if starts.iter().any(|s| matches!(s, StartAt::Now)) => {
+                    rebuild_reason = Some("a change stream failed before its first resume token".into());
+                    continue 'establish;
+                }
                 Some(Restart::Reopen) => {
                     tracing::warn!(
                         delay_ms = backoff.as_millis() as u64,
@@ -185,6 +211,22 @@ pub async fn run(
             }
         }
     }
+}
+
+/// Reads the failure a stream reported while opening.
+async fn first_failure(cfg: &Config, rx: &mut mpsc::Receiver<Item>) -> Result<Option<Restart>, WatchError> {
+    while let Some(item) = rx.recv().await {
+        if let Item::Failed(coll, err) = item {
+            let name = coll.name(&cfg.collections);
+            return Ok(Some(if stream::is_history_lost(&err) {
+                Restart::Rebuild(format!("{name} stream: {err}"))
+            } else {
+                tracing::warn!(collection = name, error = %err, "change stream failed to open");
+                Restart::Reopen
+            }));
+        }
+    }
+    Ok(Some(Restart::Reopen))
 }
 
 /// Applies batches until shutdown (`None`) or a stream failure.

@@ -10,11 +10,16 @@ use mongodb::options::FullDocumentType;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
+/// How long opening a stream may take.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Where a stream starts.
 #[derive(Debug, Clone)]
 pub enum StartAt {
     Token(ResumeToken),
     Time(Timestamp),
+    /// From the moment the stream opens.
+    Now,
 }
 
 /// What a stream task reports.
@@ -38,16 +43,46 @@ pub fn is_history_lost(err: &mongodb::error::Error) -> bool {
 }
 
 /// Opens one stream and forwards its items until it fails or `tx` closes.
-pub async fn follow(db: mongodb::Database, coll: Coll, name: String, start: StartAt, tx: mpsc::Sender<Item>) {
+/// `opened` is told once the stream is open (dropped unsent if it fails).
+pub async fn follow(
+    db: mongodb::Database,
+    coll: Coll,
+    name: String,
+    start: StartAt,
+    tx: mpsc::Sender<Item>,
+    opened: tokio::sync::oneshot::Sender<()>,
+) {
     let collection = db.collection::<RawDocumentBuf>(&name);
     let watch =
         collection.watch().full_document(FullDocumentType::UpdateLookup).max_await_time(Duration::from_millis(500));
-    let opened = match start {
-        StartAt::Token(token) => watch.resume_after(token).await,
-        StartAt::Time(time) => watch.start_at_operation_time(time).await,
+    let resuming = matches!(start, StartAt::Token(_));
+    let open = async {
+        match start {
+            StartAt::Token(token) => watch.resume_after(token).await,
+            StartAt::Time(time) => watch.start_at_operation_time(time).await,
+            StartAt::Now => watch.await,
+        }
     };
-    let mut stream = match opened {
-        Ok(stream) => stream,
+    // A server that neither opens nor refuses a stream within the limit is
+    // treated like one that refused the token: SecantusDB has been seen to
+    // hang on an unusable resume token instead of answering 40647.
+    let stream_opened = match tokio::time::timeout(OPEN_TIMEOUT, open).await {
+        Ok(result) => result,
+        Err(_) => {
+            let what = if resuming { "from its resume token" } else { "" };
+            let err = mongodb::error::Error::custom(format!(
+                "change stream on {name} did not open {what} within {}s (resume token unusable?)",
+                OPEN_TIMEOUT.as_secs()
+            ));
+            let _ = tx.send(Item::Failed(coll, err)).await;
+            return;
+        }
+    };
+    let mut stream = match stream_opened {
+        Ok(stream) => {
+            let _ = opened.send(());
+            stream
+        }
         Err(err) => {
             let _ = tx.send(Item::Failed(coll, err)).await;
             return;

@@ -26,16 +26,10 @@ pub struct BenchReport {
 pub async fn run(cfg: &Config) -> anyhow::Result<BenchReport> {
     let source = Source::connect(cfg).await?;
     let sink = Sink::connect(cfg).await?;
-    let names = &cfg.collections;
 
     // (a) Read only: the same driver, cursors and batch size, in parallel.
     let started = Instant::now();
-    let (channels, categories, tags, videos) = tokio::try_join!(
-        source.read_all(&names.channel, cfg.read_batch_size),
-        source.read_all(&names.category, cfg.read_batch_size),
-        source.read_all(&names.tag, cfg.read_batch_size),
-        source.read_all(&names.video, cfg.read_batch_size),
-    )?;
+    let [channels, categories, tags, videos] = source.read_four(cfg).await?;
     let read_seconds = started.elapsed().as_secs_f64();
     let documents = (channels.len() + categories.len() + tags.len() + videos.len()) as u64;
 

@@ -35,6 +35,32 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
+type Spawned = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), crate::watch::WatchError>>,
+    Arc<WatchMetrics>,
+);
+
+/// Starts a watcher in this process and waits until it streams.
+async fn spawn_streaming(cfg: &Config, opts: WatchOptions) -> anyhow::Result<Spawned> {
+    let metrics = Arc::new(WatchMetrics::default());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let watcher = {
+        let (cfg, metrics) = (cfg.clone(), metrics.clone());
+        tokio::spawn(async move {
+            crate::watch::run(&cfg, &opts, metrics, async {
+                let _ = stop_rx.await;
+            })
+            .await
+        })
+    };
+    while !metrics.streaming.load(Ordering::Relaxed) {
+        anyhow::ensure!(!watcher.is_finished(), "the watcher stopped before streaming");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok((stop_tx, watcher, metrics))
+}
+
 pub async fn run(cfg: &Config, rate: u64, seconds: u64) -> anyhow::Result<WatchBench> {
     let source = Source::connect(cfg).await?;
     let videos = source.database().collection::<Document>(&cfg.collections.video);
@@ -70,21 +96,7 @@ pub async fn run(cfg: &Config, rate: u64, seconds: u64) -> anyhow::Result<WatchB
         })
     };
     let opts = WatchOptions { window, on_applied: Some(hook), ..WatchOptions::default() };
-    let metrics = Arc::new(WatchMetrics::default());
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let watcher = {
-        let (cfg, metrics) = (cfg.clone(), metrics.clone());
-        tokio::spawn(async move {
-            crate::watch::run(&cfg, &opts, metrics, async {
-                let _ = stop_rx.await;
-            })
-            .await
-        })
-    };
-    while !metrics.streaming.load(Ordering::Relaxed) {
-        anyhow::ensure!(!watcher.is_finished(), "the watcher stopped before streaming");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (stop_tx, watcher, _) = spawn_streaming(cfg, opts).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // Phase 1: a steady rate, one update at a time.
@@ -132,22 +144,8 @@ pub async fn run(cfg: &Config, rate: u64, seconds: u64) -> anyhow::Result<WatchB
         }
     }
     while inflight.next().await.is_some() {}
-    let metrics = Arc::new(WatchMetrics::default());
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let opts = WatchOptions { window, ..WatchOptions::default() };
-    let watcher = {
-        let (cfg, metrics) = (cfg.clone(), metrics.clone());
-        tokio::spawn(async move {
-            crate::watch::run(&cfg, &opts, metrics, async {
-                let _ = stop_rx.await;
-            })
-            .await
-        })
-    };
-    while !metrics.streaming.load(Ordering::Relaxed) {
-        anyhow::ensure!(!watcher.is_finished(), "the watcher stopped before streaming");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (stop_tx, watcher, metrics) = spawn_streaming(cfg, opts).await?;
     let started = Instant::now();
     let deadline = started + Duration::from_secs(120);
     while metrics.applied[3].load(Ordering::Relaxed) < backlog && Instant::now() < deadline {

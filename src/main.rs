@@ -63,6 +63,12 @@ fn init_logging(global: &GlobalArgs) {
     }
 }
 
+/// `--only` as families; prints the problem and gives `None` when a name
+/// is unknown (exit code 2).
+fn families_or_usage(only: &[String]) -> Option<cachewright::plan::FamilySet> {
+    cachewright::cli::parse_only(only).map_err(|msg| eprintln!("error: {msg}")).ok()
+}
+
 fn load_config(global: &GlobalArgs) -> Result<Config, ConfigError> {
     Config::load(global.raw_config(), global.config.as_deref(), |k| std::env::var(k).ok())
 }
@@ -207,13 +213,7 @@ async fn migrate(global: &GlobalArgs, args: &MigrateArgs) -> anyhow::Result<Exit
 
 async fn verify(global: &GlobalArgs, args: &VerifyArgs) -> anyhow::Result<ExitCode> {
     let cfg = load_config(global)?;
-    let families = match cachewright::cli::parse_only(&args.only) {
-        Ok(f) => f,
-        Err(msg) => {
-            eprintln!("error: {msg}");
-            return Ok(ExitCode::from(EXIT_USAGE));
-        }
-    };
+    let Some(families) = families_or_usage(&args.only) else { return Ok(ExitCode::from(EXIT_USAGE)) };
     let report =
         admin::verify::verify(&cfg, families, args.sample, &Progress::auto()).await.context("verify could not run")?;
     match args.format {
@@ -310,13 +310,7 @@ fn keys(args: &KeysArgs) -> anyhow::Result<ExitCode> {
 
 async fn rebuild_cmd(global: &GlobalArgs, args: &RebuildArgs) -> anyhow::Result<ExitCode> {
     let cfg = load_config(global)?;
-    let families = match cachewright::cli::parse_only(&args.only) {
-        Ok(f) => f,
-        Err(msg) => {
-            eprintln!("error: {msg}");
-            return Ok(ExitCode::from(EXIT_USAGE));
-        }
-    };
+    let Some(families) = families_or_usage(&args.only) else { return Ok(ExitCode::from(EXIT_USAGE)) };
     tracing::info!(prefix = %cfg.prefix, mongodb_db = %cfg.mongodb_db, dry_run = args.dry_run, "rebuild started");
     let cpu_before = cachewright::usage::cpu_time();
     let mut opts = RebuildOptions::only(families);

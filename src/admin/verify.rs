@@ -143,13 +143,7 @@ pub async fn verify(
     let source = Source::connect(cfg).await?;
     let sink = Sink::connect(cfg).await?;
     let c = &cfg.collections;
-    let batch = cfg.read_batch_size;
-    let (channels, categories, tags, videos) = tokio::try_join!(
-        source.read_all(&c.channel, batch),
-        source.read_all(&c.category, batch),
-        source.read_all(&c.tag, batch),
-        source.read_all(&c.video, batch),
-    )?;
+    let [channels, categories, tags, videos] = source.read_four(cfg).await?;
     let ctx = plan_ctx(cfg, families);
     let names = c.clone();
     let planned = {

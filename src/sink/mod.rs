@@ -128,7 +128,11 @@ impl Sink {
     /// Writes one batch atomically (MULTI/EXEC), retrying retriable
     /// failures. A batch replaces whole keys, so sending it again is safe.
     pub async fn write(&self, ops: &[Op]) -> Result<(), SinkError> {
-        let pipe = build_pipeline(ops, &self.ttl, self.jitter, rand::random::<f64>);
+        self.send(build_pipeline(ops, &self.ttl, self.jitter, rand::random::<f64>)).await
+    }
+
+    /// Sends one idempotent pipeline, retrying retriable failures.
+    async fn send(&self, pipe: redis::Pipeline) -> Result<(), SinkError> {
         let conn = &self.conn;
         self.retry
             .run(|| {
@@ -146,16 +150,7 @@ impl Sink {
         if changes.is_empty() {
             return Ok(());
         }
-        let pipe = build_change_pipeline(changes, &self.ttl, self.jitter, rand::random::<f64>);
-        let conn = &self.conn;
-        self.retry
-            .run(|| {
-                let pipe = &pipe;
-                let mut conn = conn.clone();
-                async move { pipe.query_async::<()>(&mut conn).await }
-            })
-            .await
-            .map_err(|(attempts, source)| SinkError::Write { attempts, source })
+        self.send(build_change_pipeline(changes, &self.ttl, self.jitter, rand::random::<f64>)).await
     }
 
     /// The server's `run_id`, which changes when Redis restarts.

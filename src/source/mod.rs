@@ -80,6 +80,19 @@ impl Source {
         cursor.try_collect().await.map_err(|source| SourceError::Read { collection: collection.to_string(), source })
     }
 
+    /// Reads the four collections whole and concurrently: channels,
+    /// categories, tags, videos.
+    pub async fn read_four(&self, cfg: &crate::config::Config) -> Result<[Vec<RawDocumentBuf>; 4], SourceError> {
+        let (c, batch) = (&cfg.collections, cfg.read_batch_size);
+        let (channels, categories, tags, videos) = tokio::try_join!(
+            self.read_all(&c.channel, batch),
+            self.read_all(&c.category, batch),
+            self.read_all(&c.tag, batch),
+            self.read_all(&c.video, batch),
+        )?;
+        Ok([channels, categories, tags, videos])
+    }
+
     /// The collection's size from its metadata, for progress bars.
     pub async fn estimated_count(&self, collection: &str) -> u64 {
         self.db.collection::<RawDocumentBuf>(collection).estimated_document_count().await.unwrap_or(0)

@@ -400,15 +400,8 @@ fn ctx_video_name(_source: &Source, model: &Model) -> String {
 }
 
 async fn load_model(source: &Source, cfg: &Config) -> Result<Model, WatchError> {
-    let c = &cfg.collections;
-    let batch = cfg.read_batch_size;
-    let (channels, categories, tags, videos) = tokio::try_join!(
-        source.read_all(&c.channel, batch),
-        source.read_all(&c.category, batch),
-        source.read_all(&c.tag, batch),
-        source.read_all(&c.video, batch),
-    )?;
-    let names = c.clone();
+    let [channels, categories, tags, videos] = source.read_four(cfg).await?;
+    let names = cfg.collections.clone();
     tokio::task::spawn_blocking(move || Model::load(&names, channels, categories, tags, videos))
         .await
         .map_err(|e| WatchError::Internal(e.to_string()))

@@ -182,6 +182,11 @@ async fn status(global: &GlobalArgs, args: &StatusArgs) -> anyhow::Result<ExitCo
             print!("{}", show::render_runs(&runs));
             let total: Option<String> = redis::cmd("GET").arg(keys.total_jobs()).query_async(&mut conn).await?;
             println!("total jobs: {}", total.unwrap_or_else(|| "0".into()));
+            let health: Option<String> = redis::cmd("GET").arg(keys.health()).query_async(&mut conn).await?;
+            match health {
+                Some(h) => println!("health: {h}"),
+                None => println!("health: no running watcher has reported in the last 60 s"),
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -143,7 +143,7 @@ impl Data {
     async fn change(&mut self) {
         let videos = self.db.collection::<Document>("VideoMedia");
         let v = format!("v{}", self.rng.below(170));
-        match self.rng.below(14) {
+        match self.rng.below(15) {
             0..=3 => {
                 let d = self.video_doc();
                 videos.replace_one(doc! {"_id": &v}, d).upsert(true).await.unwrap();
@@ -204,6 +204,16 @@ impl Data {
                     base.extend(update.get_document("$set").unwrap().clone());
                     tags.update_one(doc! {"_id": &t}, doc! {"$set": base}).upsert(true).await.unwrap();
                 }
+            }
+            14 => {
+                // A bad document: no title. Rejected and skipped, as a
+                // rebuild rejects it; its keys go away.
+                let cats: Vec<Bson> = (0..2).map(|_| self.cat()).collect();
+                videos
+                    .replace_one(doc! {"_id": &v}, doc! {"listStatus": 1, "categoryIds": cats})
+                    .upsert(true)
+                    .await
+                    .unwrap();
             }
             _ => {
                 let ch = format!("ch{}", self.rng.below(5));
@@ -361,6 +371,14 @@ async fn a_killed_watcher_resumes_and_misses_nothing() {
     }
     let watcher = start(&cfg);
     d.settle(&s.redis.url(), &prefix).await;
+    let health: String =
+        redis::cmd("GET").arg(format!("{}health:current", cfg.status_prefix)).query_async(&mut conn).await.unwrap();
+    let health: serde_json::Value = serde_json::from_str(&health).unwrap();
+    assert_eq!(health["streaming"], true);
+    assert!(health["events_applied"]["VideoMedia"].as_u64().unwrap() > 0);
+    let ttl: i64 =
+        redis::cmd("TTL").arg(format!("{}health:current", cfg.status_prefix)).query_async(&mut conn).await.unwrap();
+    assert!((1..=60).contains(&ttl));
     let metrics = watcher.stop().await;
     assert_eq!(metrics.rebuilds.load(std::sync::atomic::Ordering::Relaxed), 0, "resumed without a rebuild");
     assert_same_as_rebuild(&s.mongo.uri(), &s.redis.url(), &name, &prefix, 42).await;

@@ -16,6 +16,10 @@ pub struct WatchMetrics {
     pub last_applied_at_ms: AtomicU64,
     /// now − the newest event's cluster time, at its application (ms).
     pub lag_ms: AtomicU64,
+    /// Video documents rejected while streaming (counted and skipped).
+    pub rejected: AtomicU64,
+    /// When the heartbeat was last written (unix seconds).
+    pub last_heartbeat: AtomicU64,
     /// True once the streams are open and events are being applied.
     pub streaming: std::sync::atomic::AtomicBool,
 }
@@ -58,6 +62,29 @@ impl WatchMetrics {
             lag_ms = self.lag_ms.load(Ordering::Relaxed),
             "change batch applied"
         );
+    }
+
+    /// The heartbeat JSON written to `health:current`.
+    pub fn heartbeat(&self) -> serde_json::Value {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        serde_json::json!({
+            "service": "cachewright watch",
+            "pid": std::process::id(),
+            "timestamp": crate::status::unix_now(),
+            "streaming": self.streaming.load(Ordering::Relaxed),
+            "events_applied": {
+                "Channel": load(&self.applied[0]),
+                "Category": load(&self.applied[1]),
+                "Tag": load(&self.applied[2]),
+                "VideoMedia": load(&self.applied[3]),
+            },
+            "batches": load(&self.batches),
+            "rebuilds_triggered": load(&self.rebuilds),
+            "stream_errors": load(&self.stream_errors),
+            "rejected": load(&self.rejected),
+            "lag_ms": load(&self.lag_ms),
+            "last_event_age_s": self.last_event_age(),
+        })
     }
 
     /// Total events applied.

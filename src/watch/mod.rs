@@ -314,10 +314,12 @@ async fn stream_batches(
             }
         }
         save_tokens(sink, status, cfg, &tokens).await?;
+        metrics.rejected.store(model.rejected, std::sync::atomic::Ordering::Relaxed);
         for (coll, token) in tokens {
             starts[coll as usize] = StartAt::Token(token);
         }
         metrics.applied(per_collection, newest_cluster_time, started.elapsed());
+        heartbeat(sink, status, metrics).await;
     }
 }
 
@@ -405,6 +407,26 @@ async fn load_model(source: &Source, cfg: &Config) -> Result<Model, WatchError> 
     tokio::task::spawn_blocking(move || Model::load(&names, channels, categories, tags, videos))
         .await
         .map_err(|e| WatchError::Internal(e.to_string()))
+}
+
+/// Writes `health:current` (60 s TTL) at most every few seconds.
+async fn heartbeat(sink: &Sink, status: &StatusKeys, metrics: &WatchMetrics) {
+    let now = crate::status::unix_now();
+    let last = metrics.last_heartbeat.swap(now, std::sync::atomic::Ordering::Relaxed);
+    if now.saturating_sub(last) < 5 {
+        return;
+    }
+    let mut conn = sink.connection();
+    let result: redis::RedisResult<()> = redis::cmd("SET")
+        .arg(status.health())
+        .arg(metrics.heartbeat().to_string())
+        .arg("EX")
+        .arg(60)
+        .query_async(&mut conn)
+        .await;
+    if let Err(err) = result {
+        tracing::warn!(error = %err, "could not write the health heartbeat");
+    }
 }
 
 async fn load_tokens(sink: &Sink, status: &StatusKeys, cfg: &Config) -> Result<Option<Vec<ResumeToken>>, WatchError> {

@@ -115,6 +115,8 @@ pub struct Model {
     /// is known to match Redis for them; only for these may an update that
     /// leaves the index view unchanged skip the index families.
     verified: HashSet<String>,
+    /// Documents rejected while streaming.
+    pub rejected: u64,
 }
 
 fn digest(value: &Value) -> u128 {
@@ -146,6 +148,7 @@ impl Model {
             by_written: HashMap::new(),
             catalog_written: HashMap::new(),
             verified: HashSet::new(),
+            rejected: 0,
         };
         model.catalog = model.decode_catalog();
         for doc in videos {
@@ -182,7 +185,17 @@ impl Model {
     fn put_video(&mut self, key: IdKey, raw_id: Bson, doc: &RawDocument, want_detail: bool) {
         let id = doc_id(doc);
         let written = id.as_ref().ok().cloned();
-        let decoded = id.and_then(|id| decode_video(doc, id, &mut RefReport::default(), want_detail)).ok();
+        let decoded = match id.and_then(|id| decode_video(doc, id, &mut RefReport::default(), want_detail)) {
+            Ok(video) => Some(video),
+            Err(rejection) => {
+                // Counted and skipped, as a rebuild does; its keys go away.
+                if want_detail {
+                    tracing::warn!(id = %rejection.id, reason = %rejection.reason, "video document rejected");
+                    self.rejected += 1;
+                }
+                None
+            }
+        };
         if let Some(old) = self.videos.get(&key).filter(|old| old.written != written) {
             self.unlink_written(&key, old.written.clone());
         }

@@ -95,6 +95,8 @@ pub enum Command {
     Purge(PurgeArgs),
     /// Follow MongoDB change streams and apply each change to Redis within a fraction of a second
     Watch(WatchArgs),
+    /// Run the scheduled jobs of schedules/*.toml and the watcher, with /health, /metrics and /status over HTTP
+    Serve(ServeArgs),
     /// Recent runs, one run with its builders, or live progress (--follow)
     Status(StatusArgs),
     /// Measure reading alone, planning alone and writing alone (see scripts/bench.sh)
@@ -104,6 +106,22 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct WatchArgs {
     /// Coalescing window: events arriving within it are applied together
+    #[arg(long, default_value_t = 200, value_name = "MS")]
+    pub window_ms: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// HTTP address for /health, /metrics and /status
+    #[arg(long, env = "CACHEWRIGHT_HTTP_ADDR", default_value = "127.0.0.1:3002", value_name = "ADDR")]
+    pub http: String,
+    /// A directory of schedule files (*.toml) instead of the shipped schedules/default.toml
+    #[arg(long, env = "CACHEWRIGHT_SCHEDULES", value_name = "DIR")]
+    pub schedules: Option<PathBuf>,
+    /// Do not run the change-stream watcher
+    #[arg(long)]
+    pub no_watch: bool,
+    /// The watcher's coalescing window
     #[arg(long, default_value_t = 200, value_name = "MS")]
     pub window_ms: u64,
 }

@@ -31,6 +31,7 @@ pub mod plan;
 pub mod progress;
 pub mod rebuild;
 pub mod registry;
+pub mod serve;
 pub mod sink;
 pub mod source;
 pub mod status;

@@ -5,7 +5,7 @@ use anyhow::Context;
 use cachewright::admin;
 use cachewright::cli::{
     BenchArgs, Cli, Command, FixturesCommand, GlobalArgs, KeysArgs, KeysFormat, LogFormat, MemoryArgs, MigrateArgs,
-    PurgeArgs, RebuildArgs, ReportFormat, StatusArgs, VerifyArgs, WatchArgs,
+    PurgeArgs, RebuildArgs, ReportFormat, ServeArgs, StatusArgs, VerifyArgs, WatchArgs,
 };
 use cachewright::config::{Config, ConfigError};
 use cachewright::progress::Progress;
@@ -120,7 +120,51 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Purge(args) => purge(&cli.global, &args).await,
         Command::Status(args) => status(&cli.global, &args).await,
         Command::Watch(args) => watch(&cli.global, &args).await,
+        Command::Serve(args) => serve(&cli.global, &args).await,
     }
+}
+
+async fn serve(global: &GlobalArgs, args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    use cachewright::serve::{self, schedule};
+    let cfg = load_config(global)?;
+    let text = match &args.schedules {
+        None => schedule::DEFAULT_SCHEDULES.to_string(),
+        Some(dir) => {
+            let mut files: Vec<_> = std::fs::read_dir(dir)
+                .with_context(|| format!("cannot read the schedules directory {}", dir.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+                .collect();
+            files.sort();
+            let mut text = String::new();
+            for f in files {
+                text.push_str(&std::fs::read_to_string(&f).with_context(|| format!("cannot read {}", f.display()))?);
+                text.push('\n');
+            }
+            text
+        }
+    };
+    let schedules = match schedule::parse(&text).and_then(|s| {
+        schedule::check_coverage(&s, &cfg.ttl, chrono::Utc::now())?;
+        Ok(s)
+    }) {
+        Ok(s) => s,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+    };
+    let listener = tokio::net::TcpListener::bind(&args.http)
+        .await
+        .with_context(|| format!("cannot listen on {} (set --http or CACHEWRIGHT_HTTP_ADDR)", args.http))?;
+    tracing::info!(http = %listener.local_addr()?, "http endpoints: /health /metrics /status");
+    let opts = serve::ServeOptions {
+        schedules,
+        watch: !args.no_watch,
+        window: std::time::Duration::from_millis(args.window_ms),
+    };
+    serve::run(&cfg, opts, listener, shutdown_signal()).await.context("serve stopped with an error")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -29,12 +29,14 @@ pub struct RebuildOptions {
     pub families: FamilySet,
     pub dry_run: bool,
     pub trigger: Trigger,
+    /// Set to true to stop the run before its next batch (shutdown).
+    pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl RebuildOptions {
     /// A manual run of every family.
     pub fn full() -> RebuildOptions {
-        RebuildOptions { families: FamilySet::all(), dry_run: false, trigger: Trigger::Manual }
+        RebuildOptions { families: FamilySet::all(), dry_run: false, trigger: Trigger::Manual, cancel: None }
     }
 
     pub fn only(families: FamilySet) -> RebuildOptions {
@@ -204,6 +206,7 @@ pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -
         Ok(summary) => {
             reporter.complete(summary.written_total(), summary.deleted_total(), summary.rejected_total()).await
         }
+        Err(RunError::Sink(SinkError::Stopped)) => reporter.fail("shutdown").await,
         Err(err) => reporter.fail(&err.to_string()).await,
     }
     lease.release().await;
@@ -235,7 +238,8 @@ async fn run_pipeline(
     let writer = {
         let stage = write_stage.clone();
         let sink = (!opts.dry_run).then(|| sink.clone());
-        tokio::spawn(sink::run_writer(sink, rx, cfg.write_concurrency, lease, move |n| stage.inc(n)))
+        let cancel = opts.cancel.clone();
+        tokio::spawn(sink::run_writer(sink, rx, cfg.write_concurrency, lease, cancel, move |n| stage.inc(n)))
     };
 
     let produce = async {

@@ -36,6 +36,8 @@ pub enum SinkError {
     },
     #[error("the rebuild lease was lost to another instance; stopped before the next batch")]
     LeaseLost,
+    #[error("stopped before the next batch: shutdown")]
+    Stopped,
     #[error("scanning Redis keys failed after {attempts} attempt(s): {source}")]
     Scan {
         attempts: u32,
@@ -50,7 +52,7 @@ impl SinkError {
             SinkError::Connect { source, .. } | SinkError::Write { source, .. } | SinkError::Scan { source, .. } => {
                 is_retriable(source)
             }
-            SinkError::LeaseLost => false,
+            SinkError::LeaseLost | SinkError::Stopped => false,
         }
     }
 }

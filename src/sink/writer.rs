@@ -26,14 +26,20 @@ pub async fn run_writer(
     rx: mpsc::Receiver<Vec<Op>>,
     concurrency: usize,
     lease: Option<Arc<AtomicBool>>,
+    cancel: Option<Arc<AtomicBool>>,
     on_batch: impl Fn(u64),
 ) -> Result<WriteOutcome, SinkError> {
     let batches = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) });
     let mut outcome = WriteOutcome::default();
     let mut results = batches
         .map(|batch| {
-            let (sink, lease) = (sink.clone(), lease.clone());
+            let (sink, lease, cancel) = (sink.clone(), lease.clone(), cancel.clone());
             async move {
+                // A stopping process starts no new batch; what is written
+                // stays whole (every batch is one transaction).
+                if cancel.is_some_and(|stop| stop.load(Ordering::SeqCst)) {
+                    return Err(SinkError::Stopped);
+                }
                 // An instance that lost its lease writes nothing more.
                 if lease.is_some_and(|held| !held.load(Ordering::SeqCst)) {
                     return Err(SinkError::LeaseLost);

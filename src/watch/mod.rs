@@ -47,11 +47,14 @@ pub struct WatchOptions {
     /// The most events applied in one batch.
     pub max_batch: usize,
     pub on_applied: Option<AppliedHook>,
+    /// Whether to write `health:current` (off under `serve`, which writes
+    /// its own heartbeat with the watcher's figures in it).
+    pub heartbeat: bool,
 }
 
 impl Default for WatchOptions {
     fn default() -> Self {
-        WatchOptions { window: Duration::from_millis(200), max_batch: 20_000, on_applied: None }
+        WatchOptions { window: Duration::from_millis(200), max_batch: 20_000, on_applied: None, heartbeat: true }
     }
 }
 
@@ -184,6 +187,19 @@ pub async fn run(
                 None => first_failure(cfg, &mut rx).await,
             };
             drop(tasks);
+            // Redis or MongoDB trouble mid-batch: nothing was saved for the
+            // batch, so reopening from the saved tokens replays it.
+            let outcome = match outcome {
+                Err(WatchError::Sink(err)) if err.is_retriable() => {
+                    tracing::warn!(error = %err, "redis failed while applying changes");
+                    Ok(Some(Restart::Reopen))
+                }
+                Err(WatchError::Source(err)) if err.is_retriable() => {
+                    tracing::warn!(error = %err, "mongodb failed while applying changes");
+                    Ok(Some(Restart::Reopen))
+                }
+                other => other,
+            };
             match outcome? {
                 None => return Ok(()),
                 // A stream that never reached a token cannot be reopened
@@ -319,7 +335,9 @@ async fn stream_batches(
             starts[coll as usize] = StartAt::Token(token);
         }
         metrics.applied(per_collection, newest_cluster_time, started.elapsed());
-        heartbeat(sink, status, metrics).await;
+        if opts.heartbeat {
+            heartbeat(sink, status, metrics).await;
+        }
     }
 }
 

@@ -1,0 +1,16 @@
+# Builds the cachewright binary and runs `cachewright serve`.
+FROM rust:1-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked --bin cachewright
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/target/release/cachewright /usr/local/bin/cachewright
+USER nobody
+EXPOSE 3002
+ENV CACHEWRIGHT_HTTP_ADDR=0.0.0.0:3002
+HEALTHCHECK --interval=30s --timeout=5s CMD curl -fsS http://127.0.0.1:3002/health || exit 1
+ENTRYPOINT ["cachewright"]
+CMD ["serve"]

@@ -1,0 +1,307 @@
+//! `serve` against real servers: HTTP endpoints, one rebuild per fire
+//! among replicas, and a clean stop on SIGTERM in the middle of a rebuild.
+
+mod common;
+
+use cachewright::config::{Config, RawConfig, RawTtl};
+use cachewright::serve::{ServeOptions, schedule};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn config(mongo: &str, redis: &str, name: &str, status: &str, long_ttl: bool) -> Config {
+    let ttl = if long_ttl {
+        RawTtl { count: Some(864_000), index: Some(864_000), detail: Some(864_000), catalog: Some(864_000) }
+    } else {
+        RawTtl::default()
+    };
+    Config::from_raw(RawConfig {
+        mongodb_uri: Some(mongo.into()),
+        mongodb_db: Some(name.into()),
+        redis_url: Some(redis.into()),
+        prefix: Some(format!("{name}:")),
+        status_prefix: Some(status.into()),
+        lease_seconds: Some(2),
+        ttl,
+        ..RawConfig::default()
+    })
+    .unwrap()
+}
+
+async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.unwrap();
+    let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_endpoints_answer_and_health_fails_when_redis_is_down() {
+    let mongo = &common::shared().mongo;
+    let mut redis = common::servers::Redis::start();
+    let name = common::unique("servehttp");
+    let cfg = config(&mongo.uri(), &redis.url(), &name, "cw-http:", true);
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    let schedules =
+        schedule::parse("[[schedule]]\nname = \"daily\"\ncron = \"0 0 3 * * *\"\njob = \"rebuild\"\n").unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = {
+        let cfg = cfg.clone();
+        let opts = ServeOptions { schedules, watch: true, window: Duration::from_millis(50) };
+        tokio::spawn(async move {
+            cachewright::serve::run(&cfg, opts, listener, async {
+                let _ = stopped.await;
+            })
+            .await
+        })
+    };
+    // The watcher starts with a rebuild; wait for its job to be recorded.
+    let mut conn = common::redis_conn(&redis.url()).await;
+    for _ in 0..500 {
+        let n: usize = redis::cmd("SCARD").arg("cw-http:jobs:completed").query_async(&mut conn).await.unwrap();
+        if n > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, body) = get(addr, "/health").await;
+    assert_eq!(status, 200, "{body}");
+    let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(health, serde_json::json!({"status": "ok", "mongodb": "ok", "redis": "ok"}));
+    let (status, body) = get(addr, "/metrics").await;
+    assert_eq!(status, 200);
+    for metric in [
+        "cachewright_runs_total",
+        "cachewright_errors_total{edge=\"redis\"}",
+        "cachewright_changestream_lag_seconds",
+        "cachewright_changestream_last_event_age_seconds",
+        "cachewright_rejected_documents_total",
+    ] {
+        assert!(body.contains(metric), "/metrics lacks {metric}:\n{body}");
+    }
+    let (status, body) = get(addr, "/status").await;
+    assert_eq!(status, 200);
+    let status_json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status_json["runs"][0]["trigger"], "change-stream");
+    assert_eq!(status_json["current"]["service"], "cachewright serve");
+    assert_eq!(get(addr, "/nope").await.0, 404);
+    let heartbeat: String = redis::cmd("GET").arg("cw-http:health:current").query_async(&mut conn).await.unwrap();
+    assert!(heartbeat.contains("cachewright serve"));
+
+    redis.stop();
+    let (status, body) = get(addr, "/health").await;
+    assert_eq!(status, 503, "{body}");
+    let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(health["mongodb"], "ok");
+    assert_ne!(health["redis"], "ok");
+    redis.restart();
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(60), server).await.expect("serve stops").unwrap().expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_run_exactly_one_rebuild_per_fire() {
+    let s = common::shared();
+    let name = common::unique("servetwo");
+    let status = format!("cw-{name}:");
+    let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &status, false);
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    let text = "[[schedule]]\nname = \"often\"\ncron = \"*/2 * * * * *\"\njob = \"rebuild\"\n";
+    let mut servers = Vec::new();
+    let mut stops = Vec::new();
+    for _ in 0..2 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let cfg = cfg.clone();
+        let opts =
+            ServeOptions { schedules: schedule::parse(text).unwrap(), watch: false, window: Duration::from_millis(50) };
+        servers.push(tokio::spawn(async move {
+            cachewright::serve::run(&cfg, opts, listener, async {
+                let _ = stopped.await;
+            })
+            .await
+        }));
+        stops.push(stop);
+    }
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    for stop in stops {
+        let _ = stop.send(());
+    }
+    for server in servers {
+        server.await.unwrap().expect("clean stop");
+    }
+    let mut conn = common::redis_conn(&s.redis.url()).await;
+    let ids: Vec<String> =
+        redis::cmd("SMEMBERS").arg(format!("{status}jobs:completed")).query_async(&mut conn).await.unwrap();
+    let mut per_fire: BTreeMap<u64, usize> = BTreeMap::new();
+    for id in &ids {
+        let job: HashMap<String, String> =
+            redis::cmd("HGETALL").arg(format!("{status}job:{id}")).query_async(&mut conn).await.unwrap();
+        assert_eq!(job["trigger"], "cron");
+        // Fires are two seconds apart; a run starts within a second of its fire.
+        *per_fire.entry(job["started_at"].parse::<u64>().unwrap() / 2).or_default() += 1;
+    }
+    assert!(per_fire.len() >= 2, "{per_fire:?}");
+    assert!(per_fire.values().all(|n| *n == 1), "a fire ran twice: {per_fire:?}");
+    let failed: usize = redis::cmd("SCARD").arg(format!("{status}jobs:failed")).query_async(&mut conn).await.unwrap();
+    assert_eq!(failed, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_rebuild_stops_cleanly() {
+    let s = common::shared();
+    let name = common::unique("serveterm");
+    let status = format!("cw-{name}:");
+    let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &status, false);
+    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let shape = cachewright::generate::Shape { channels: 5, categories: 50, tags: 200, videos: 60_000 };
+    cachewright::generate::generate(source.database(), &cfg.collections, shape, 2, |_| {}).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("s.toml"),
+        "[[schedule]]\nname = \"often\"\ncron = \"*/3 * * * * *\"\njob = \"rebuild\"\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cachewright"))
+        .args(["serve", "--no-watch", "--http", "127.0.0.1:0", "--schedules"])
+        .arg(dir.path())
+        .env("MONGODB_URI", s.mongo.uri())
+        .env("MONGODB_DB", &name)
+        .env("REDIS_URL", s.redis.url())
+        .env("CACHEWRIGHT_PREFIX", &cfg.prefix)
+        .env("CACHEWRIGHT_STATUS_PREFIX", &status)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut conn = common::redis_conn(&s.redis.url()).await;
+    let mut run_id = None;
+    for _ in 0..1000 {
+        let active: Vec<String> =
+            redis::cmd("SMEMBERS").arg(format!("{status}jobs:active")).query_async(&mut conn).await.unwrap();
+        if let Some(id) = active.into_iter().next() {
+            run_id = Some(id);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let run_id = run_id.expect("a scheduled rebuild started");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let mut code = None;
+    for _ in 0..300 {
+        if let Some(exit) = child.try_wait().unwrap() {
+            code = exit.code();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(code, Some(0), "serve did not exit 0 within 30s");
+    let lock: Option<String> =
+        redis::cmd("GET").arg(format!("{status}lock:rebuild:full")).query_async(&mut conn).await.unwrap();
+    assert_eq!(lock, None, "lease not released");
+    let job: HashMap<String, String> =
+        redis::cmd("HGETALL").arg(format!("{status}job:{run_id}")).query_async(&mut conn).await.unwrap();
+    if job["status"] == "failed" {
+        assert_eq!(job["last_error"], "shutdown");
+        let failed: Vec<String> =
+            redis::cmd("SMEMBERS").arg(format!("{status}jobs:failed")).query_async(&mut conn).await.unwrap();
+        assert_eq!(failed, vec![run_id.clone()]);
+    } else {
+        // It finished its last batch before the signal landed.
+        assert_eq!(job["status"], "completed");
+    }
+    // Whatever was written is whole: every category list matches its index.
+    let dump = common::dump(&s.redis.url(), &cfg.prefix).await;
+    let list_head = format!("{}video:category:list:", cfg.prefix);
+    for (key, (content, _)) in &dump {
+        let (Some(cat), common::render::Content::List(ids)) = (key.strip_prefix(&list_head), content) else { continue };
+        let index = dump.get(&format!("{}video:category:index:{cat}:videos", cfg.prefix));
+        if let Some((common::render::Content::Zset(members), _)) = index {
+            assert_eq!(ids.len(), members.len(), "{key}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_is_taken_over_after_its_holder_is_killed() {
+    let s = common::shared();
+    let name = common::unique("servekill");
+    let status = format!("cw-{name}:");
+    let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &status, false);
+    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let shape = cachewright::generate::Shape { channels: 5, categories: 50, tags: 200, videos: 60_000 };
+    cachewright::generate::generate(source.database(), &cfg.collections, shape, 3, |_| {}).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let text = "[[schedule]]\nname = \"often\"\ncron = \"*/2 * * * * *\"\njob = \"rebuild\"\n";
+    std::fs::write(dir.path().join("s.toml"), text).unwrap();
+    let mut holder = std::process::Command::new(env!("CARGO_BIN_EXE_cachewright"))
+        .args(["serve", "--no-watch", "--http", "127.0.0.1:0", "--schedules"])
+        .arg(dir.path())
+        .env("MONGODB_URI", s.mongo.uri())
+        .env("MONGODB_DB", &name)
+        .env("REDIS_URL", s.redis.url())
+        .env("CACHEWRIGHT_PREFIX", &cfg.prefix)
+        .env("CACHEWRIGHT_STATUS_PREFIX", &status)
+        .env("CACHEWRIGHT_LEASE_SECONDS", "2")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lock = format!("{status}lock:rebuild:full");
+    let mut conn = common::redis_conn(&s.redis.url()).await;
+    let mut held = false;
+    for _ in 0..1000 {
+        let v: Option<String> = redis::cmd("GET").arg(&lock).query_async(&mut conn).await.unwrap();
+        if v.is_some() {
+            held = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(held, "the first instance never took the lease");
+    holder.kill().unwrap();
+    let _ = holder.wait();
+    let killed_at = cachewright::status::unix_now();
+
+    // A second instance takes over once the lease expires.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = {
+        let cfg = cfg.clone();
+        let opts =
+            ServeOptions { schedules: schedule::parse(text).unwrap(), watch: false, window: Duration::from_millis(50) };
+        tokio::spawn(async move {
+            cachewright::serve::run(&cfg, opts, listener, async {
+                let _ = stopped.await;
+            })
+            .await
+        })
+    };
+    let mut taken_over = false;
+    for _ in 0..300 {
+        let ids: Vec<String> =
+            redis::cmd("SMEMBERS").arg(format!("{status}jobs:completed")).query_async(&mut conn).await.unwrap();
+        for id in ids {
+            let started: Option<u64> = redis::cmd("HGET")
+                .arg(format!("{status}job:{id}"))
+                .arg("started_at")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            taken_over |= started.is_some_and(|t| t >= killed_at);
+        }
+        if taken_over {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = stop.send(());
+    server.await.unwrap().expect("clean stop");
+    assert!(taken_over, "no rebuild completed after the holder was killed");
+}

@@ -28,6 +28,40 @@ fn config(mongo: &str, redis: &str, name: &str, status: &str, long_ttl: bool) ->
     .unwrap()
 }
 
+type Served = (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<Result<(), cachewright::serve::ServeError>>);
+
+/// Runs `serve` in this process until the returned sender fires.
+fn serve_here(cfg: &Config, schedules: &str, watch: bool, listener: tokio::net::TcpListener) -> Served {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let cfg = cfg.clone();
+    let opts =
+        ServeOptions { schedules: schedule::parse(schedules).unwrap(), watch, window: Duration::from_millis(50) };
+    let handle = tokio::spawn(async move {
+        cachewright::serve::run(&cfg, opts, listener, async {
+            let _ = stopped.await;
+        })
+        .await
+    });
+    (stop, handle)
+}
+
+/// Starts the `cachewright serve` binary without a watcher.
+fn serve_process(s: &common::Shared, cfg: &Config, schedules_dir: &std::path::Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_cachewright"))
+        .args(["serve", "--no-watch", "--http", "127.0.0.1:0", "--schedules"])
+        .arg(schedules_dir)
+        .env("MONGODB_URI", s.mongo.uri())
+        .env("MONGODB_DB", &cfg.mongodb_db)
+        .env("REDIS_URL", s.redis.url())
+        .env("CACHEWRIGHT_PREFIX", &cfg.prefix)
+        .env("CACHEWRIGHT_STATUS_PREFIX", &cfg.status_prefix)
+        .env("CACHEWRIGHT_LEASE_SECONDS", cfg.lease_seconds.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start cachewright serve")
+}
+
 async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
@@ -45,21 +79,10 @@ async fn http_endpoints_answer_and_health_fails_when_redis_is_down() {
     let name = common::unique("servehttp");
     let cfg = config(&mongo.uri(), &redis.url(), &name, "cw-http:", true);
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
-    let schedules =
-        schedule::parse("[[schedule]]\nname = \"daily\"\ncron = \"0 0 3 * * *\"\njob = \"rebuild\"\n").unwrap();
+    let daily = "[[schedule]]\nname = \"daily\"\ncron = \"0 0 3 * * *\"\njob = \"rebuild\"\n";
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = {
-        let cfg = cfg.clone();
-        let opts = ServeOptions { schedules, watch: true, window: Duration::from_millis(50) };
-        tokio::spawn(async move {
-            cachewright::serve::run(&cfg, opts, listener, async {
-                let _ = stopped.await;
-            })
-            .await
-        })
-    };
+    let (stop, server) = serve_here(&cfg, daily, true, listener);
     // The watcher starts with a rebuild; wait for its job to be recorded.
     let mut conn = common::redis_conn(&redis.url()).await;
     for _ in 0..500 {
@@ -116,16 +139,8 @@ async fn two_instances_run_exactly_one_rebuild_per_fire() {
     let mut stops = Vec::new();
     for _ in 0..2 {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let cfg = cfg.clone();
-        let opts =
-            ServeOptions { schedules: schedule::parse(text).unwrap(), watch: false, window: Duration::from_millis(50) };
-        servers.push(tokio::spawn(async move {
-            cachewright::serve::run(&cfg, opts, listener, async {
-                let _ = stopped.await;
-            })
-            .await
-        }));
+        let (stop, server) = serve_here(&cfg, text, false, listener);
+        servers.push(server);
         stops.push(stop);
     }
     tokio::time::sleep(Duration::from_secs(7)).await;
@@ -167,18 +182,7 @@ async fn sigterm_mid_rebuild_stops_cleanly() {
         "[[schedule]]\nname = \"often\"\ncron = \"*/3 * * * * *\"\njob = \"rebuild\"\n",
     )
     .unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cachewright"))
-        .args(["serve", "--no-watch", "--http", "127.0.0.1:0", "--schedules"])
-        .arg(dir.path())
-        .env("MONGODB_URI", s.mongo.uri())
-        .env("MONGODB_DB", &name)
-        .env("REDIS_URL", s.redis.url())
-        .env("CACHEWRIGHT_PREFIX", &cfg.prefix)
-        .env("CACHEWRIGHT_STATUS_PREFIX", &status)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = serve_process(s, &cfg, dir.path());
     let mut conn = common::redis_conn(&s.redis.url()).await;
     let mut run_id = None;
     for _ in 0..1000 {
@@ -240,19 +244,7 @@ async fn the_lease_is_taken_over_after_its_holder_is_killed() {
     let dir = tempfile::tempdir().unwrap();
     let text = "[[schedule]]\nname = \"often\"\ncron = \"*/2 * * * * *\"\njob = \"rebuild\"\n";
     std::fs::write(dir.path().join("s.toml"), text).unwrap();
-    let mut holder = std::process::Command::new(env!("CARGO_BIN_EXE_cachewright"))
-        .args(["serve", "--no-watch", "--http", "127.0.0.1:0", "--schedules"])
-        .arg(dir.path())
-        .env("MONGODB_URI", s.mongo.uri())
-        .env("MONGODB_DB", &name)
-        .env("REDIS_URL", s.redis.url())
-        .env("CACHEWRIGHT_PREFIX", &cfg.prefix)
-        .env("CACHEWRIGHT_STATUS_PREFIX", &status)
-        .env("CACHEWRIGHT_LEASE_SECONDS", "2")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut holder = serve_process(s, &cfg, dir.path());
     let lock = format!("{status}lock:rebuild:full");
     let mut conn = common::redis_conn(&s.redis.url()).await;
     let mut held = false;
@@ -271,18 +263,7 @@ async fn the_lease_is_taken_over_after_its_holder_is_killed() {
 
     // A second instance takes over once the lease expires.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = {
-        let cfg = cfg.clone();
-        let opts =
-            ServeOptions { schedules: schedule::parse(text).unwrap(), watch: false, window: Duration::from_millis(50) };
-        tokio::spawn(async move {
-            cachewright::serve::run(&cfg, opts, listener, async {
-                let _ = stopped.await;
-            })
-            .await
-        })
-    };
+    let (stop, server) = serve_here(&cfg, text, false, listener);
     let mut taken_over = false;
     for _ in 0..300 {
         let ids: Vec<String> =

@@ -440,3 +440,31 @@ async fn the_watcher_survives_a_mongodb_restart() {
     watcher.stop().await;
     assert_same_as_rebuild(&mongo.uri(), &redis.url(), &name, &prefix, 9).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watcher_rebuilds_after_redis_loses_its_keys() {
+    let mongo = &common::shared().mongo;
+    let mut redis = common::servers::Redis::start();
+    let name = common::unique("watchredis");
+    let prefix = format!("w{name}");
+    let cfg = config(&mongo.uri(), &redis.url(), &name, &prefix);
+    let mut d = data(&cfg, 11).await;
+    d.seed().await;
+    let watcher = start_streaming(&cfg).await;
+    for _ in 0..20 {
+        d.change().await;
+    }
+    d.settle(&redis.url(), &prefix).await;
+    redis.restart();
+    for _ in 0..20 {
+        d.change().await;
+    }
+    d.settle(&redis.url(), &prefix).await;
+    let metrics = watcher.stop().await;
+    assert_eq!(
+        metrics.rebuilds.load(std::sync::atomic::Ordering::Relaxed),
+        2,
+        "initial rebuild and one after the restart"
+    );
+    assert_same_as_rebuild(&mongo.uri(), &redis.url(), &name, &prefix, 11).await;
+}

@@ -161,6 +161,7 @@ pub async fn run(
                     FamilySet::of(crate::registry::FamilyId::ALL.iter().copied().filter(|f| !f.needs_videos()));
                 let existing = sink.scan_existing(&ctx.keys, catalog_families).await?;
                 loaded.catalog_keys_exist(existing.keys.into_iter().map(|(_, k)| k));
+                loaded.redis_run_id = sink.run_id().await?;
                 tracing::info!(videos = loaded.video_count(), "watcher model loaded; streaming");
                 metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
                 model = Some(loaded);
@@ -279,6 +280,11 @@ async fn stream_batches(
                 Ok(Some(item)) => items.push(item),
                 _ => break,
             }
+        }
+        // A Redis that restarted without persistence lost every key this
+        // process wrote: only a rebuild brings them back.
+        if sink.run_id().await? != model.redis_run_id {
+            return Ok(Some(Restart::Rebuild("Redis restarted and lost its keys".into())));
         }
         let started = Instant::now();
         let mut events = Vec::new();

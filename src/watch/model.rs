@@ -117,6 +117,9 @@ pub struct Model {
     verified: HashSet<String>,
     /// Documents rejected while streaming.
     pub rejected: u64,
+    /// The Redis `run_id` the model's writes went to; a restarted Redis
+    /// without persistence has lost them.
+    pub redis_run_id: String,
 }
 
 fn digest(value: &Value) -> u128 {
@@ -149,6 +152,7 @@ impl Model {
             catalog_written: HashMap::new(),
             verified: HashSet::new(),
             rejected: 0,
+            redis_run_id: String::new(),
         };
         model.catalog = model.decode_catalog();
         for doc in videos {

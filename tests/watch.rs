@@ -13,6 +13,10 @@ use mongodb::bson::{Bson, DateTime, Document, doc};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The watcher tests run one at a time: several watchers opening change
+/// streams at once on one SecantusDB have been seen to stall it.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn config(mongo: &str, redis: &str, name: &str, prefix: &str) -> Config {
     Config::from_raw(RawConfig {
         mongodb_uri: Some(mongo.to_string()),
@@ -317,6 +321,7 @@ async fn data(cfg: &Config, seed: u64) -> Data {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_changes_through_the_watcher_equal_a_full_rebuild() {
+    let _serial = SERIAL.lock().await;
     let s = common::shared();
     for seed in 1..=20u64 {
         let name = common::unique("watchdiff");
@@ -337,6 +342,7 @@ async fn random_changes_through_the_watcher_equal_a_full_rebuild() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_watcher_resumes_and_misses_nothing() {
+    let _serial = SERIAL.lock().await;
     let s = common::shared();
     let name = common::unique("watchcrash");
     let prefix = format!("w{name}");
@@ -386,6 +392,7 @@ async fn a_killed_watcher_resumes_and_misses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unusable_resume_token_leads_to_a_rebuild_then_streaming() {
+    let _serial = SERIAL.lock().await;
     let s = common::shared();
     let name = common::unique("watchlost");
     let prefix = format!("w{name}");
@@ -418,6 +425,7 @@ async fn an_unusable_resume_token_leads_to_a_rebuild_then_streaming() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watcher_survives_a_mongodb_restart() {
+    let _serial = SERIAL.lock().await;
     let redis = &common::shared().redis;
     let mut mongo = common::servers::Mongo::start();
     let name = common::unique("watchrestart");
@@ -443,6 +451,7 @@ async fn the_watcher_survives_a_mongodb_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watcher_rebuilds_after_redis_loses_its_keys() {
+    let _serial = SERIAL.lock().await;
     let mongo = &common::shared().mongo;
     let mut redis = common::servers::Redis::start();
     let name = common::unique("watchredis");

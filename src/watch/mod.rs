@@ -146,11 +146,11 @@ pub async fn run(
                     tracing::info!(reason = %reason, "streams open; running a full rebuild before applying changes");
                     let opts = RebuildOptions::full().trigger(Trigger::ChangeStream);
                     let progress = Progress::hidden();
+                    metrics.rebuild();
                     tokio::select! {
                         _ = &mut shutdown => return Ok(()),
                         result = rebuild_with_retries(cfg, &opts, &progress, 3) => { result?; }
                     }
-                    metrics.rebuild();
                 }
                 let mut loaded = load_model(&source, cfg).await?;
                 // The catalogue keys as they are in Redis, contents unknown:
@@ -162,7 +162,7 @@ pub async fn run(
                 let existing = sink.scan_existing(&ctx.keys, catalog_families).await?;
                 loaded.catalog_keys_exist(existing.keys.into_iter().map(|(_, k)| k));
                 loaded.redis_run_id = sink.run_id().await?;
-                tracing::info!(videos = loaded.video_count(), "watcher model loaded; streaming");
+                tracing::info!(videos = loaded.video_count(), db = %cfg.mongodb_db, "watcher model loaded; streaming");
                 metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
                 model = Some(loaded);
             }
@@ -221,7 +221,7 @@ pub async fn run(
                     backoff = (backoff * 2).min(Duration::from_secs(10));
                 }
                 Some(Restart::Rebuild(reason)) => {
-                    tracing::warn!(reason = %reason, "change streams cannot resume; rebuilding");
+                    tracing::warn!(reason = %reason, db = %cfg.mongodb_db, "change streams cannot resume; rebuilding");
                     rebuild_reason = Some(reason);
                     continue 'establish;
                 }

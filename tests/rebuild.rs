@@ -173,10 +173,7 @@ async fn streaming_rebuild_writes_what_the_in_memory_planner_plans() {
     rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild");
 
     let c = &cfg.collections;
-    let mut raw = Vec::new();
-    for name in [&c.channel, &c.category, &c.tag, &c.video] {
-        raw.push(source.read_all(name, 1000).await.unwrap());
-    }
+    let raw = source.read_four(&cfg).await.unwrap();
     let ctx = cachewright::rebuild::plan_ctx(&cfg, FamilySet::all());
     let run = cachewright::rebuild::plan_in_memory(&ctx, c, &raw[0], &raw[1], &raw[2], &raw[3]);
     let dump = common::dump(&s.redis.url(), &cfg.prefix).await;

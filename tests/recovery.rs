@@ -27,10 +27,7 @@ async fn wait_for_writes(url: &str) {
 async fn expected_render(cfg: &cachewright::config::Config) -> String {
     let source = cachewright::source::Source::connect(cfg).await.unwrap();
     let c = &cfg.collections;
-    let mut raw = Vec::new();
-    for name in [&c.channel, &c.category, &c.tag, &c.video] {
-        raw.push(source.read_all(name, 1000).await.unwrap());
-    }
+    let raw = source.read_four(cfg).await.unwrap();
     let run = plan_in_memory(&plan_ctx(cfg, FamilySet::all()), c, &raw[0], &raw[1], &raw[2], &raw[3]);
     let with_prefix = common::render::render_ops(&run.ops);
     with_prefix.replace(&cfg.prefix, "app:")

@@ -10,7 +10,7 @@
 //! it stopped.
 
 use crate::config::Collections;
-use crate::model::id::{IdValue, read_id};
+use crate::model::id::written_id;
 use crate::progress::Progress;
 use futures::{StreamExt, TryStreamExt};
 use mongodb::Database;
@@ -41,11 +41,7 @@ pub enum MigrateError {
 
 /// The written form of an id-like value, for "add none twice".
 fn written(value: &Bson) -> String {
-    let raw = mongodb::bson::RawBson::try_from(value.clone()).ok();
-    match raw.as_ref().map(|r| read_id(r.as_raw_bson_ref())) {
-        Some(IdValue::Usable(id)) => id,
-        _ => format!("{value:?}"),
-    }
+    written_id(value).unwrap_or_else(|| format!("{value:?}"))
 }
 
 /// What folding does to a document: `None` when it has no `categoryId`;

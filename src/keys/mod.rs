@@ -92,18 +92,6 @@ impl Keys {
     pub fn scan_glob_prefix(&self) -> String {
         escape_glob(&self.prefix)
     }
-
-    /// A SCAN glob that covers every key `family` can have under the
-    /// prefix; candidates are then confirmed with [`Keys::classify`].
-    pub fn scan_glob(&self, family: FamilyId) -> String {
-        let (head, open) = Registry::get().family(family).pattern.literal_head();
-        let mut glob = escape_glob(&self.prefix);
-        glob.push_str(&escape_glob(&head));
-        if open {
-            glob.push('*');
-        }
-        glob
-    }
 }
 
 /// Escapes the glob metacharacters Redis MATCH understands.
@@ -151,7 +139,6 @@ mod tests {
     #[test]
     fn scan_globs_escape_the_prefix() {
         let keys = Keys::new("a*b:");
-        assert_eq!(keys.scan_glob(FamilyId::VideoDetail), "a\\*b:video:detail:*");
-        assert_eq!(keys.scan_glob(FamilyId::TagAll), "a\\*b:tag:all");
+        assert_eq!(keys.scan_glob_prefix(), "a\\*b:");
     }
 }

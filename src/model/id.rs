@@ -35,6 +35,16 @@ pub fn read_id(value: RawBsonRef<'_>) -> IdValue {
     }
 }
 
+/// The written id of an owned BSON value (an `_id` from a change event or
+/// a driver document), when it is usable.
+pub fn written_id(value: &mongodb::bson::Bson) -> Option<String> {
+    let raw = mongodb::bson::RawBson::try_from(value.clone()).ok()?;
+    match read_id(raw.as_raw_bson_ref()) {
+        IdValue::Usable(id) => Some(id),
+        IdValue::Unusable(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,5 +59,7 @@ mod tests {
         assert!(matches!(read_id(RawBsonRef::String("a b")), IdValue::Unusable(_)));
         assert!(matches!(read_id(RawBsonRef::String("")), IdValue::Unusable(_)));
         assert!(matches!(read_id(RawBsonRef::Int32(5)), IdValue::Unusable(_)));
+        assert_eq!(written_id(&mongodb::bson::Bson::ObjectId(oid)), Some("65a1b2c3d4e5f6a7b8c9d0e1".into()));
+        assert_eq!(written_id(&mongodb::bson::Bson::String("a b".into())), None);
     }
 }

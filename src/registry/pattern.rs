@@ -104,23 +104,6 @@ impl Pattern {
                 }
             })
     }
-
-    /// The literal head of the pattern up to its first placeholder, used to
-    /// narrow SCAN. `None` when the pattern has no placeholder at all.
-    pub fn literal_head(&self) -> (String, bool) {
-        let mut head = String::new();
-        for seg in &self.segments {
-            match seg {
-                Segment::Literal(lit) => {
-                    head.push_str(lit);
-                    head.push(':');
-                }
-                Segment::Placeholder { .. } => return (head, true),
-            }
-        }
-        head.pop();
-        (head, false)
-    }
 }
 
 impl fmt::Display for Pattern {
@@ -147,8 +130,6 @@ mod tests {
         let p = Pattern::parse("video:tag:list:{categoryId}:{tagId}").unwrap();
         assert_eq!(p.to_string(), "video:tag:list:{categoryId}:{tagId}");
         assert_eq!(p.placeholders().count(), 2);
-        assert_eq!(p.literal_head(), ("video:tag:list:".to_string(), true));
-        assert_eq!(Pattern::parse("tag:all").unwrap().literal_head(), ("tag:all".to_string(), false));
     }
 
     #[test]

@@ -85,10 +85,6 @@ impl Lease {
         self.held.clone()
     }
 
-    pub fn token(&self) -> &str {
-        &self.token
-    }
-
     /// Releases the lease if it is still ours.
     pub async fn release(self) {
         self.renewer.abort();

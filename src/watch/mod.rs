@@ -233,6 +233,9 @@ pub async fn run(
 /// Reads the failure a stream reported while opening.
 async fn first_failure(cfg: &Config, rx: &mut mpsc::Receiver<Item>) -> Result<Option<Restart>, WatchError> {
     while let Some(item) = rx.recv().await {
+        if let Item::Unresumable(_, reason) = item {
+            return Ok(Some(Restart::Rebuild(reason)));
+        }
         if let Item::Failed(coll, err) = item {
             let name = coll.name(&cfg.collections);
             return Ok(Some(if stream::is_history_lost(&err) {
@@ -293,6 +296,7 @@ async fn stream_batches(
         let mut per_collection = [0u64; 4];
         for item in items {
             match item {
+                Item::Unresumable(_, reason) => return Ok(Some(Restart::Rebuild(reason))),
                 Item::Failed(coll, err) if stream::is_history_lost(&err) => {
                     return Ok(Some(Restart::Rebuild(format!("{} stream: {err}", coll.name(&cfg.collections)))));
                 }
@@ -363,7 +367,7 @@ async fn apply_batch(
     // was never loaded, so read it again.
     for w in touched.videos.clone() {
         if let Some(raw_id) = model.needs_detail(&w) {
-            let coll = source.database().collection::<mongodb::bson::RawDocumentBuf>(&ctx_video_name(source, model));
+            let coll = source.database().collection::<mongodb::bson::RawDocumentBuf>(model.video_collection());
             if let Ok(Some(doc)) = coll.find_one(mongodb::bson::doc! { "_id": raw_id.clone() }).await {
                 model.apply(Event::Upsert { coll: Coll::Video, key: id_key(&raw_id), raw_id, doc }, &mut touched);
             }
@@ -419,10 +423,6 @@ async fn apply_batch(
         sink.apply_changes(chunk).await?;
     }
     Ok(touched.videos.into_iter().collect())
-}
-
-fn ctx_video_name(_source: &Source, model: &Model) -> String {
-    model.video_collection().to_string()
 }
 
 async fn load_model(source: &Source, cfg: &Config) -> Result<Model, WatchError> {

@@ -61,15 +61,6 @@ pub enum Event {
     Remove { coll: Coll, key: IdKey, raw_id: Bson },
 }
 
-/// The written id of a raw `_id`, when usable.
-fn written_of(raw_id: &Bson) -> Option<String> {
-    let raw = mongodb::bson::RawBson::try_from(raw_id.clone()).ok()?;
-    match crate::model::id::read_id(raw.as_raw_bson_ref()) {
-        crate::model::id::IdValue::Usable(id) => Some(id),
-        crate::model::id::IdValue::Unusable(_) => None,
-    }
-}
-
 #[derive(Debug, Clone)]
 struct VideoState {
     raw_id: Bson,
@@ -173,10 +164,6 @@ impl Model {
         &self.names.video
     }
 
-    pub fn catalog(&self) -> &Catalog {
-        &self.catalog
-    }
-
     pub fn video_count(&self) -> usize {
         self.videos.len()
     }
@@ -255,7 +242,7 @@ impl Model {
             Event::Upsert { coll: Coll::Video, key, raw_id, doc } => {
                 // The event names the id even when the model has not seen
                 // the document (it may already be gone from the model).
-                if let Some(w) = written_of(&raw_id) {
+                if let Some(w) = crate::model::id::written_id(&raw_id) {
                     if !touched.before.contains_key(&w) {
                         touched.before.insert(w.clone(), self.index_view(&w));
                     }
@@ -266,7 +253,7 @@ impl Model {
                 self.touch_video_key(&key, touched);
             }
             Event::Remove { coll: Coll::Video, key, raw_id } => {
-                if let Some(w) = written_of(&raw_id) {
+                if let Some(w) = crate::model::id::written_id(&raw_id) {
                     if !touched.before.contains_key(&w) {
                         touched.before.insert(w.clone(), self.index_view(&w));
                     }
@@ -285,7 +272,7 @@ impl Model {
                 if let Some(old) = self.catalog_docs[coll as usize].shift_remove(&key) {
                     Self::touch_catalog(coll, &old, touched);
                 }
-                let id = written_of(&raw_id);
+                let id = crate::model::id::written_id(&raw_id);
                 match coll {
                     Coll::Channel => touched.channels.extend(id),
                     Coll::Category => touched.categories.extend(id),

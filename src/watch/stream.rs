@@ -29,6 +29,9 @@ pub enum Item {
     /// No events; the stream has moved to this token.
     Idle(Coll, ResumeToken),
     Failed(Coll, mongodb::error::Error),
+    /// The stream neither opened nor failed in time; it cannot be trusted
+    /// to resume, so the engine starts over with a rebuild.
+    Unresumable(Coll, String),
 }
 
 /// Error codes meaning the stream cannot resume from where it was:
@@ -39,7 +42,7 @@ pub fn is_history_lost(err: &mongodb::error::Error) -> bool {
         mongodb::error::ErrorKind::Command(c) => Some(c.code),
         _ => None,
     };
-    matches!(code, Some(286 | 260 | 280 | 40647 | 40649)) || err.to_string().contains("resume token")
+    matches!(code, Some(286 | 260 | 280 | 40647 | 40649))
 }
 
 /// Opens one stream and forwards its items until it fails or `tx` closes.
@@ -69,12 +72,9 @@ pub async fn follow(
     let stream_opened = match tokio::time::timeout(OPEN_TIMEOUT, open).await {
         Ok(result) => result,
         Err(_) => {
-            let what = if resuming { "from its resume token" } else { "" };
-            let err = mongodb::error::Error::custom(format!(
-                "change stream on {name} did not open {what} within {}s (resume token unusable?)",
-                OPEN_TIMEOUT.as_secs()
-            ));
-            let _ = tx.send(Item::Failed(coll, err)).await;
+            let what = if resuming { " from its resume token" } else { "" };
+            let reason = format!("change stream on {name} did not open{what} within {}s", OPEN_TIMEOUT.as_secs());
+            let _ = tx.send(Item::Unresumable(coll, reason)).await;
             return;
         }
     };

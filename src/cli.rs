@@ -15,7 +15,9 @@ use std::path::PathBuf;
         denormalised payloads and indexes of the cache contract, and writes them to Redis \
         through atomic pipelines with tiered TTLs.\n\n\
         Exit codes: 0 success; 1 the run failed; 2 bad configuration or usage; \
-        3 completed but documents were rejected (only with --strict)."
+        3 completed but documents were rejected (only with --strict); 4 refused for safety \
+        (another instance holds the writer lease, or the sweep guard stopped a run that read \
+        nothing or would delete too much)."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -202,6 +204,11 @@ pub struct RebuildArgs {
     /// Also write the summary as JSON to this file
     #[arg(long, value_name = "PATH")]
     pub summary_json: Option<PathBuf>,
+    /// Skip the sweep guard: write even when a collection gave no usable
+    /// document, and sweep even when more than CACHEWRIGHT_SWEEP_MAX_SHARE
+    /// of the existing keys would go
+    #[arg(long)]
+    pub allow_mass_delete: bool,
 }
 
 #[derive(Debug, Args)]

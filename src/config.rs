@@ -65,6 +65,8 @@ pub struct RawConfig {
     pub write_batch_ops: Option<usize>,
     pub write_concurrency: Option<usize>,
     pub lease_seconds: Option<u64>,
+    pub sweep_max_share: Option<f64>,
+    pub watch_max_lag_seconds: Option<u64>,
     #[serde(default)]
     pub collections: RawCollections,
     #[serde(default)]
@@ -126,6 +128,8 @@ impl RawConfig {
             write_batch_ops: parse(&get, "CACHEWRIGHT_WRITE_BATCH_OPS", "use a positive number such as 1000")?,
             write_concurrency: parse(&get, "CACHEWRIGHT_WRITE_CONCURRENCY", "use a positive number such as 4")?,
             lease_seconds: parse(&get, "CACHEWRIGHT_LEASE_SECONDS", "use whole seconds such as 30")?,
+            sweep_max_share: parse(&get, "CACHEWRIGHT_SWEEP_MAX_SHARE", "use a fraction between 0 and 1, such as 0.5")?,
+            watch_max_lag_seconds: parse(&get, "CACHEWRIGHT_WATCH_MAX_LAG_SECONDS", "use whole seconds such as 60")?,
             collections: RawCollections {
                 channel: get("CACHEWRIGHT_COLLECTION_CHANNEL"),
                 category: get("CACHEWRIGHT_COLLECTION_CATEGORY"),
@@ -157,6 +161,8 @@ impl RawConfig {
         take_over!(self, low, write_batch_ops);
         take_over!(self, low, write_concurrency);
         take_over!(self, low, lease_seconds);
+        take_over!(self, low, sweep_max_share);
+        take_over!(self, low, watch_max_lag_seconds);
         take_over!(self, low, collections.channel);
         take_over!(self, low, collections.category);
         take_over!(self, low, collections.tag);
@@ -215,8 +221,13 @@ pub struct Config {
     pub read_batch_size: u32,
     pub write_batch_ops: usize,
     pub write_concurrency: usize,
-    /// The rebuild lease's lifetime; it is renewed every third of it.
+    /// The writer lease's lifetime; it is renewed every third of it.
     pub lease_seconds: u64,
+    /// The largest share of a family set's existing keys one sweep may
+    /// delete (the sweep guard).
+    pub sweep_max_share: f64,
+    /// Under `serve`, the watcher lag above which `/health` answers 503.
+    pub watch_max_lag_seconds: u64,
 }
 
 impl std::fmt::Debug for Config {
@@ -310,6 +321,14 @@ impl Config {
         if !(0.0..=1.0).contains(&ttl_jitter) {
             return Err(invalid("CACHEWRIGHT_TTL_JITTER", ttl_jitter, "use a fraction between 0 and 1, such as 0.1"));
         }
+        let sweep_max_share = raw.sweep_max_share.unwrap_or(0.5);
+        if !(0.0..=1.0).contains(&sweep_max_share) {
+            return Err(invalid(
+                "CACHEWRIGHT_SWEEP_MAX_SHARE",
+                sweep_max_share,
+                "use a fraction between 0 and 1, such as 0.5 (1 lets a sweep delete everything)",
+            ));
+        }
         let tier = |v: Option<u64>, t: Tier, setting: &'static str| -> Result<u64, ConfigError> {
             match v.unwrap_or(t.default_seconds()) {
                 0 => Err(invalid(setting, 0, "every key needs a TTL; use a positive number of seconds")),
@@ -356,6 +375,12 @@ impl Config {
             write_batch_ops: positive(raw.write_batch_ops, 1000, "CACHEWRIGHT_WRITE_BATCH_OPS")?,
             write_concurrency: positive(raw.write_concurrency, 4, "CACHEWRIGHT_WRITE_CONCURRENCY")?,
             lease_seconds: positive(raw.lease_seconds.map(|s| s as usize), 30, "CACHEWRIGHT_LEASE_SECONDS")? as u64,
+            sweep_max_share,
+            watch_max_lag_seconds: positive(
+                raw.watch_max_lag_seconds.map(|s| s as usize),
+                60,
+                "CACHEWRIGHT_WATCH_MAX_LAG_SECONDS",
+            )? as u64,
             mongodb_uri,
             mongodb_db,
             redis_url,

@@ -22,6 +22,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const EXIT_FAILED: u8 = 1;
 const EXIT_USAGE: u8 = 2;
 const EXIT_REJECTED: u8 = 3;
+const EXIT_REFUSED: u8 = 4;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -364,9 +365,19 @@ async fn rebuild_cmd(global: &GlobalArgs, args: &RebuildArgs) -> anyhow::Result<
     let cpu_before = cachewright::usage::cpu_time();
     let mut opts = RebuildOptions::only(families);
     opts.dry_run = args.dry_run;
-    let summary = rebuild::rebuild_with_retries(&cfg, &opts, &Progress::auto(), 3)
-        .await
-        .context("rebuild failed; every key is either as before or fully rewritten, and nothing was swept. Fix the cause and run it again")?;
+    opts.allow_mass_delete = args.allow_mass_delete;
+    let summary = match rebuild::rebuild_with_retries(&cfg, &opts, &Progress::auto(), 3).await {
+        Ok(summary) => summary,
+        Err(err @ (rebuild::RunError::Guard(_) | rebuild::RunError::Lease(_))) => {
+            eprintln!("error: {err}");
+            return Ok(ExitCode::from(EXIT_REFUSED));
+        }
+        Err(err) => {
+            return Err(anyhow::Error::new(err).context(
+                "rebuild failed; every key is either as before or fully rewritten, and nothing was swept. Fix the cause and run it again",
+            ));
+        }
+    };
     print!("{}", summary.render());
     let cpu = (cachewright::usage::cpu_time() - cpu_before).as_secs_f64();
     let rss = cachewright::usage::peak_rss().unwrap_or(0);

@@ -45,6 +45,7 @@ async fn load_mixed(cfg: &cachewright::config::Config, legacy_videos: usize) {
         doc! {"_id": "done", "title": "x", "categoryIds": ["c2"], "listStatus": 1},
         doc! {"_id": "nullish", "title": "n", "categoryId": Bson::Null, "listStatus": 1},
         doc! {"_id": "oid", "title": "o", "categoryId": oid, "categoryIds": ["65a1b2c3d4e5f6a7b8c9d0e1"], "listStatus": 1},
+        doc! {"_id": "scalar", "title": "s", "categoryIds": "c2", "listStatus": 1},
     ];
     for i in 0..legacy_videos {
         videos.push(doc! {"_id": format!("v{i:05}"), "title": "t", "categoryId": if i % 2 == 0 { "c1" } else { "c2" }, "listStatus": 1});
@@ -70,7 +71,7 @@ async fn migrate_folds_legacy_ids_once_and_resumes_after_a_kill() {
     let db = source.database();
 
     let dry = migrate::migrate(db, &cfg.collections, 100, true, &Progress::hidden()).await.unwrap();
-    assert_eq!(dry[0].matched, 3004);
+    assert_eq!(dry[0].matched, 3005);
     assert_eq!(dry[0].changed, 0);
     assert_eq!(dry[1].matched, 1);
     assert_eq!(videos(&cfg).await.iter().filter(|d| d.contains_key("categoryId")).count(), 3004, "dry run wrote");
@@ -99,7 +100,9 @@ async fn migrate_folds_legacy_ids_once_and_resumes_after_a_kill() {
     assert!(left > 0, "the migration finished before it could be killed");
 
     let done = migrate::migrate(db, &cfg.collections, 100, false, &Progress::hidden()).await.unwrap();
-    assert_eq!(done[0].changed as usize, left);
+    // The scalar `categoryIds` has no `categoryId`, so it is not in `left`.
+    let scalar_left = videos(&cfg).await.iter().filter(|d| d.get_str("categoryIds").is_ok()).count();
+    assert_eq!(done[0].changed as usize, left + scalar_left);
     let docs = videos(&cfg).await;
     assert!(docs.iter().all(|d| !d.contains_key("categoryId")));
     let by_id = |id: &str| docs.iter().find(|d| d.get_str("_id") == Ok(id)).unwrap().clone();
@@ -107,6 +110,7 @@ async fn migrate_folds_legacy_ids_once_and_resumes_after_a_kill() {
     assert_eq!(by_id("dup").get_array("categoryIds").unwrap(), &vec![Bson::from("c1")]);
     assert_eq!(by_id("oid").get_array("categoryIds").unwrap().len(), 1);
     assert!(!by_id("nullish").contains_key("categoryIds"));
+    assert_eq!(by_id("scalar").get_array("categoryIds").unwrap(), &vec![Bson::from("c2")]);
     assert_eq!(by_id("v00001").get_array("categoryIds").unwrap(), &vec![Bson::from("c2")]);
 
     // A second run changes nothing.

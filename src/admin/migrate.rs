@@ -44,13 +44,20 @@ fn written(value: &Bson) -> String {
     written_id(value).unwrap_or_else(|| format!("{value:?}"))
 }
 
-/// What folding does to a document: `None` when it has no `categoryId`;
+/// What folding does to a document: `None` when it needs nothing;
 /// otherwise the new `categoryIds`, or `Some(None)` when a null
 /// `categoryId` only needs removing (a video with neither keeps neither).
+/// A `categoryIds` stored as one scalar becomes a one-element array, as a
+/// lone `categoryId` does.
 pub fn folded_category_ids(doc: &Document) -> Option<Option<Vec<Bson>>> {
-    let legacy = doc.get("categoryId")?;
+    let legacy = doc.get("categoryId");
     let existing = doc.get("categoryIds").filter(|v| !matches!(v, Bson::Null));
-    if matches!(legacy, Bson::Null) && existing.is_none() {
+    let scalar = existing.is_some_and(|v| !matches!(v, Bson::Array(_)));
+    if legacy.is_none() && !scalar {
+        return None;
+    }
+    let legacy = legacy.filter(|v| !matches!(v, Bson::Null));
+    if legacy.is_none() && existing.is_none() {
         return Some(None);
     }
     let mut ids: Vec<Bson> = match existing {
@@ -58,10 +65,21 @@ pub fn folded_category_ids(doc: &Document) -> Option<Option<Vec<Bson>>> {
         Some(Bson::Array(items)) => items.clone(),
         Some(other) => vec![other.clone()],
     };
-    if !matches!(legacy, Bson::Null) && !ids.iter().any(|id| written(id) == written(legacy)) {
+    if let Some(legacy) = legacy
+        && !ids.iter().any(|id| written(id) == written(legacy))
+    {
         ids.push(legacy.clone());
     }
     Some(Some(ids))
+}
+
+/// Videos that still need folding: a legacy `categoryId`, or a
+/// `categoryIds` that is set but not an array.
+fn needs_folding() -> Document {
+    doc! { "$or": [
+        { "categoryId": { "$exists": true } },
+        { "categoryIds": { "$exists": true, "$ne": Bson::Null, "$not": { "$type": "array" } } },
+    ] }
 }
 
 fn sample_id(doc: &Document) -> String {
@@ -106,7 +124,7 @@ async fn fold_category_ids(
 ) -> Result<StepReport, MigrateError> {
     let err = |source| MigrateError::Mongo { collection: collection.to_string(), source };
     let coll = db.collection::<Document>(collection);
-    let filter = doc! { "categoryId": { "$exists": true } };
+    let filter = needs_folding();
     let matched = coll.count_documents(filter.clone()).await.map_err(err)?;
     let mut report = StepReport {
         step: format!("{collection}: fold categoryId into categoryIds"),
@@ -138,7 +156,9 @@ async fn fold_category_ids(
                     let Some(ids) = folded_category_ids(&d) else { return Ok(0) };
                     // Guarded: only if the document still holds what we read.
                     let mut guard = doc! { "_id": d.get("_id").cloned().unwrap_or(Bson::Null) };
-                    guard.insert("categoryId", d.get("categoryId").cloned().unwrap_or(Bson::Null));
+                    for field in ["categoryId", "categoryIds"] {
+                        guard.insert(field, d.get(field).cloned().unwrap_or(Bson::Null));
+                    }
                     let update = match ids {
                         Some(ids) => doc! { "$set": { "categoryIds": ids }, "$unset": { "categoryId": "" } },
                         None => doc! { "$unset": { "categoryId": "" } },
@@ -211,6 +231,10 @@ mod tests {
             (doc! { "categoryId": Bson::Null, "categoryIds": Bson::Null }, Some(None)),
             (doc! { "categoryId": Bson::Null, "categoryIds": ["c3"] }, Some(Some(vec![Bson::from("c3")]))),
             (doc! { "categoryIds": ["c1"] }, None),
+            (doc! { "categoryIds": "c1" }, Some(Some(vec![Bson::from("c1")]))),
+            (doc! { "categoryIds": oid }, Some(Some(vec![Bson::from(oid)]))),
+            (doc! { "categoryIds": Bson::Null }, None),
+            (doc! {}, None),
         ];
         for (doc, expected) in cases {
             assert_eq!(folded_category_ids(&doc), expected, "{doc}");

@@ -50,6 +50,12 @@ impl StatusKeys {
         format!("{}lock:rebuild:full", self.prefix)
     }
 
+    /// The fencing epoch: raised on every take-over of the writer lease;
+    /// writes are applied only while it still holds the writer's epoch.
+    pub fn epoch(&self) -> String {
+        format!("{}lock:epoch", self.prefix)
+    }
+
     pub fn cdc_resume(&self, collection: &str) -> String {
         format!("{}cdc:resume:{collection}", self.prefix)
     }

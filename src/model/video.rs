@@ -95,7 +95,12 @@ pub fn decode_video(
                     json::write_str_array(obj.key("categoryIds"), [c.as_str()]);
                     category_ids = vec![c];
                 }
-                IdValue::Unusable(_) => refs.unusable(SITE_CATEGORY_IDS, 1),
+                // The legacy rule comes first (`[categoryId]`), then the
+                // unusable reference is dropped: an empty array remains.
+                IdValue::Unusable(_) => {
+                    refs.unusable(SITE_CATEGORY_IDS, 1);
+                    json::write_str_array(obj.key("categoryIds"), std::iter::empty::<&str>());
+                }
             },
             ("tagIds", value @ RawBsonRef::Array(_)) => {
                 if let Some(ids) = usable_ids(value, SITE_TAG_IDS, refs) {
@@ -148,6 +153,14 @@ mod tests {
         assert_eq!(v.detail.unwrap(), r#"{"id":"v1","title":"t","categoryIds":["c2"],"listStatus":1}"#);
         let (v, _) = decode(doc! { "_id": "v1", "title": "t", "categoryId": Bson::Null, "listStatus": 1_i32 });
         assert_eq!(v.detail.unwrap(), r#"{"id":"v1","title":"t","listStatus":1}"#);
+    }
+
+    #[test]
+    fn unusable_legacy_category_id_leaves_an_empty_array() {
+        let (v, refs) = decode(doc! { "_id": "v1", "title": "t", "categoryId": "bad id", "listStatus": 1_i32 });
+        assert_eq!(v.detail.unwrap(), r#"{"id":"v1","title":"t","categoryIds":[],"listStatus":1}"#);
+        assert!(v.category_ids.is_empty());
+        assert_eq!(refs.unusable[SITE_CATEGORY_IDS], 1);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! tuples are held until the end.
 
 mod decode;
+pub mod guard;
 mod summary;
 mod videos;
 
@@ -17,9 +18,10 @@ use crate::model::catalog::Catalog;
 use crate::model::report::{CollectionReport, RefReport};
 use crate::plan::{self, FamilySet, Op, PlanCtx};
 use crate::progress::Progress;
-use crate::sink::{self, Sink, SinkError};
+use crate::sink::{self, Fence, Lease, LeaseError, Sink, SinkError};
 use crate::source::{Source, SourceError};
-use crate::status::{JobReporter, Lease, Trigger};
+use crate::status::{JobReporter, Trigger};
+use guard::{GuardError, GuardPolicy, families_fed_by};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -31,12 +33,24 @@ pub struct RebuildOptions {
     pub trigger: Trigger,
     /// Set to true to stop the run before its next batch (shutdown).
     pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// The writer lease the run writes under, when its caller (a `serve`
+    /// or `watch` leader) holds one; otherwise the run takes its own.
+    pub fence: Option<Fence>,
+    /// `--allow-mass-delete`: skip the sweep guard.
+    pub allow_mass_delete: bool,
 }
 
 impl RebuildOptions {
     /// A manual run of every family.
     pub fn full() -> RebuildOptions {
-        RebuildOptions { families: FamilySet::all(), dry_run: false, trigger: Trigger::Manual, cancel: None }
+        RebuildOptions {
+            families: FamilySet::all(),
+            dry_run: false,
+            trigger: Trigger::Manual,
+            cancel: None,
+            fence: None,
+            allow_mass_delete: false,
+        }
     }
 
     pub fn only(families: FamilySet) -> RebuildOptions {
@@ -63,7 +77,9 @@ pub enum RunError {
     #[error(transparent)]
     Sink(#[from] SinkError),
     #[error(transparent)]
-    Lease(#[from] crate::status::LeaseError),
+    Lease(#[from] LeaseError),
+    #[error(transparent)]
+    Guard(#[from] GuardError),
     #[error("Redis restarted during the run (its run_id changed), so keys written before the restart may be gone")]
     RedisRestarted,
     #[error("internal error: {0}")]
@@ -78,7 +94,7 @@ impl RunError {
             RunError::Source(e) => e.is_retriable(),
             RunError::Sink(e) => e.is_retriable(),
             RunError::RedisRestarted => true,
-            RunError::Lease(_) => false,
+            RunError::Lease(_) | RunError::Guard(_) => false,
             RunError::Internal(_) => false,
         }
     }
@@ -180,18 +196,26 @@ pub async fn read_catalog(
 
 /// Runs one full rebuild (or dry run) and returns its summary.
 ///
-/// A real run holds the rebuild lease for its whole duration and reports
-/// itself in the job status keys; a dry run does neither.
+/// A real run writes under the writer lease: the caller's (`opts.fence`)
+/// or its own, taken for the run and released when it ends or is dropped.
+/// Every batch, sweep deletion and status write is fenced by the lease's
+/// epoch. A dry run takes no lease and writes nothing.
 pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -> Result<RunSummary, RunError> {
     let sink = Sink::connect(cfg).await?;
     if opts.dry_run {
-        return run_pipeline(cfg, opts, progress, &sink, None).await;
+        return run_pipeline(cfg, opts, progress, &sink).await;
     }
     let status = StatusKeys::new(cfg.status_prefix.clone());
-    let lease =
-        Lease::acquire(sink.connection(), status.rebuild_lock(), std::time::Duration::from_secs(cfg.lease_seconds))
-            .await?;
-    let mut reporter = JobReporter::start(sink.connection(), status, opts.trigger).await;
+    let (fence, own_lease) = match &opts.fence {
+        Some(fence) => (fence.clone(), None),
+        None => {
+            let ttl = std::time::Duration::from_secs(cfg.lease_seconds);
+            let lease = Lease::acquire(sink.connection(), &status, ttl).await?;
+            (lease.fence(), Some(lease))
+        }
+    };
+    let sink = sink.fenced(fence);
+    let mut reporter = JobReporter::start(sink.clone(), status, opts.trigger).await;
     tracing::info!(run_id = %reporter.run_id, trigger = %opts.trigger, "run registered");
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
     let reporting = tokio::spawn(async move {
@@ -200,7 +224,7 @@ pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -
         }
         reporter
     });
-    let result = run_pipeline(cfg, opts, &progress.with_events(events_tx), &sink, Some(lease.held_flag())).await;
+    let result = run_pipeline(cfg, opts, &progress.with_events(events_tx), &sink).await;
     let reporter = reporting.await?;
     match &result {
         Ok(summary) => {
@@ -209,8 +233,34 @@ pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -
         Err(RunError::Sink(SinkError::Stopped)) => reporter.fail("shutdown").await,
         Err(err) => reporter.fail(&err.to_string()).await,
     }
-    lease.release().await;
+    if let Some(lease) = own_lease {
+        lease.release().await;
+    }
     result
+}
+
+/// The existing keys of `families`, when a collection gave no usable
+/// document (the empty-source guard needs them; a normal run never does).
+async fn guard_source(
+    sink: &Sink,
+    ctx: &PlanCtx,
+    cfg: &Config,
+    policy: GuardPolicy,
+    group: &str,
+    collection: &str,
+    report: &CollectionReport,
+) -> Result<(), RunError> {
+    let rejected = report.rejected_total();
+    if policy.force || report.read > rejected {
+        return Ok(());
+    }
+    let families = families_fed_by(group, ctx.families);
+    if families.iter().next().is_none() {
+        return Ok(());
+    }
+    let existing = sink.scan_existing(&ctx.keys, families).await?;
+    policy.check_source(collection, &cfg.mongodb_db, report.read, rejected, existing.keys.len() as u64)?;
+    Ok(())
 }
 
 async fn run_pipeline(
@@ -218,8 +268,9 @@ async fn run_pipeline(
     opts: &RebuildOptions,
     progress: &Progress,
     sink: &Sink,
-    lease: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 ) -> Result<RunSummary, RunError> {
+    // A dry run only reports; the guard stops real runs.
+    let policy = GuardPolicy { max_share: cfg.sweep_max_share, force: opts.allow_mass_delete || opts.dry_run };
     let started = Instant::now();
     let source = Source::connect(cfg).await?;
     let memory_before = sink.used_memory().await.ok();
@@ -239,12 +290,17 @@ async fn run_pipeline(
         let stage = write_stage.clone();
         let sink = (!opts.dry_run).then(|| sink.clone());
         let cancel = opts.cancel.clone();
-        tokio::spawn(sink::run_writer(sink, rx, cfg.write_concurrency, lease, cancel, move |n| stage.inc(n)))
+        tokio::spawn(sink::run_writer(sink, rx, cfg.write_concurrency, cancel, move |n| stage.inc(n)))
     };
 
     let produce = async {
         let catalog_side = async {
             let (catalog, reports, refs) = read_catalog(&source, cfg).await?;
+            // Nothing of a collection that gave no usable document is
+            // written while its families hold keys.
+            for (group, (name, report)) in ["channel", "category", "tag"].into_iter().zip(&reports) {
+                guard_source(sink, &ctx, cfg, policy, group, name, report).await?;
+            }
             let catalog = Arc::new(catalog);
             let (ops, plan_refs) = {
                 let (catalog, ctx) = (catalog.clone(), ctx.clone());
@@ -267,6 +323,7 @@ async fn run_pipeline(
         let mut collections: Vec<(String, CollectionReport)> = reports.into_iter().collect();
         let mut videos_indexed = 0;
         if let Some((index, intake)) = video_part {
+            guard_source(sink, &ctx, cfg, policy, "video", &cfg.collections.video, &intake.report).await?;
             videos_indexed = index.len();
             collections.push((cfg.collections.video.clone(), intake.report));
             refs.merge(&intake.refs);
@@ -294,7 +351,18 @@ async fn run_pipeline(
         return Err(RunError::RedisRestarted);
     }
     let existing = scan.await??;
-    let swept = sink.sweep(existing, &written.produced, opts.dry_run).await?;
+    let not_utf8 = existing.not_utf8;
+    let stale = sink::stale(existing, &written.produced);
+    if let Err(refused) = policy.check_sweep(stale.keys.len() as u64, stale.existing) {
+        return Err(refused.into());
+    }
+    if opts.dry_run {
+        let real = GuardPolicy { max_share: cfg.sweep_max_share, force: opts.allow_mass_delete };
+        if let Err(refused) = real.check_sweep(stale.keys.len() as u64, stale.existing) {
+            tracing::warn!(reason = %refused, "a real run would refuse to sweep");
+        }
+    }
+    let swept = sink.sweep(&stale, opts.dry_run).await?;
     tracing::info!(
         deleted = swept.deleted.values().sum::<u64>(),
         scanned = swept.scanned,
@@ -314,5 +382,6 @@ async fn run_pipeline(
         memory_before,
         memory_after,
         dry_run: opts.dry_run,
+        not_utf8,
     })
 }

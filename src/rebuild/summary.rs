@@ -21,6 +21,8 @@ pub struct RunSummary {
     pub memory_before: Option<u64>,
     pub memory_after: Option<u64>,
     pub dry_run: bool,
+    /// Keys under the prefix whose names are not UTF-8 (skipped).
+    pub not_utf8: u64,
 }
 
 fn mib(bytes: Option<u64>) -> String {
@@ -93,6 +95,9 @@ impl RunSummary {
             out.push('\n');
         }
         let _ = writeln!(out, "active videos indexed: {}", self.videos_indexed);
+        if self.not_utf8 > 0 {
+            let _ = writeln!(out, "keys under the prefix that are not UTF-8 (skipped, left alone): {}", self.not_utf8);
+        }
         if self.refs.lossy_values > 0 {
             let _ = writeln!(out, "values without a JSON form (written as text): {}", self.refs.lossy_values);
         }

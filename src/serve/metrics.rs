@@ -21,6 +21,8 @@ struct Inner {
     rejected: u64,
     errors: BTreeMap<String, u64>,
     skipped: BTreeMap<String, u64>,
+    leader: bool,
+    epoch: u64,
 }
 
 impl ServeMetrics {
@@ -46,6 +48,14 @@ impl ServeMetrics {
         self.with(|m| {
             *m.runs.entry((trigger.into(), "failed".into())).or_default() += 1;
             *m.errors.entry(edge.into()).or_default() += 1;
+        });
+    }
+
+    /// Records whether this instance leads, and under which epoch.
+    pub fn leadership(&self, leader: bool, epoch: u64) {
+        self.with(|m| {
+            m.leader = leader;
+            m.epoch = epoch;
         });
     }
 
@@ -76,9 +86,13 @@ impl ServeMetrics {
             out.push_str("# HELP cachewright_rejected_documents_total Documents rejected by rebuilds.\n# TYPE cachewright_rejected_documents_total counter\n");
             let _ = writeln!(out, "cachewright_rejected_documents_total {}", m.rejected);
             out.push_str("# HELP cachewright_errors_total Errors by edge.\n# TYPE cachewright_errors_total counter\n");
-            for edge in ["mongodb", "redis", "lease", "other"] {
+            for edge in ["mongodb", "redis", "lease", "guard", "other"] {
                 let _ = writeln!(out, "cachewright_errors_total{{edge=\"{edge}\"}} {}", m.errors.get(edge).copied().unwrap_or(0));
             }
+            out.push_str("# HELP cachewright_leader Whether this instance holds the writer lease.\n# TYPE cachewright_leader gauge\n");
+            let _ = writeln!(out, "cachewright_leader {}", u8::from(m.leader));
+            out.push_str("# HELP cachewright_leader_epoch The fencing epoch this instance last led under.\n# TYPE cachewright_leader_epoch gauge\n");
+            let _ = writeln!(out, "cachewright_leader_epoch {}", m.epoch);
             out.push_str("# HELP cachewright_schedule_skipped_total Fires skipped because the job was still running or another instance held the lease.\n# TYPE cachewright_schedule_skipped_total counter\n");
             for (s, n) in &m.skipped {
                 let _ = writeln!(out, "cachewright_schedule_skipped_total{{schedule=\"{s}\"}} {n}");
@@ -102,6 +116,9 @@ impl ServeMetrics {
             out.push_str("# HELP cachewright_changestream_last_event_age_seconds Seconds since the last applied event.\n# TYPE cachewright_changestream_last_event_age_seconds gauge\n");
             let _ =
                 writeln!(out, "cachewright_changestream_last_event_age_seconds {}", w.last_event_age().unwrap_or(-1.0));
+            out.push_str("# HELP cachewright_changestream_streaming Whether the watcher is streaming.\n# TYPE cachewright_changestream_streaming gauge\n");
+            let _ =
+                writeln!(out, "cachewright_changestream_streaming {}", u8::from(w.streaming.load(Ordering::Relaxed)));
             out.push_str("# HELP cachewright_changestream_rebuilds_total Full rebuilds the watcher triggered.\n# TYPE cachewright_changestream_rebuilds_total counter\n");
             let _ = writeln!(out, "cachewright_changestream_rebuilds_total {}", w.rebuilds.load(Ordering::Relaxed));
             let _ = writeln!(

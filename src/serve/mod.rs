@@ -1,26 +1,35 @@
-//! `cachewright serve`: runs the scheduled jobs of `schedules/`, the
-//! change-stream watcher, and an HTTP endpoint for health, metrics and
-//! status, until SIGTERM or SIGINT.
+//! `cachewright serve`: leadership among replicas, the scheduled jobs of
+//! `schedules/`, a supervised change-stream watcher, and an HTTP endpoint
+//! for health, metrics and status, until SIGTERM or SIGINT.
+//!
+//! Among replicas exactly one is leader: the one holding the writer lease
+//! (see [`crate::sink::lease`]). The leader runs the watcher and the
+//! schedules under the lease's fencing epoch; the others wait and take
+//! over within one lease TTL of the leader's death or stall. A leader that
+//! loses the lease stops its watcher and jobs (Redis refuses their writes
+//! anyway) and becomes a follower.
 //!
 //! Jobs run one at a time; a fire that comes while a job still runs is
-//! skipped and logged. Every job takes the rebuild lease, so among several
-//! replicas exactly one runs each fire. The watcher is paused around a job
-//! (its tokens saved) and resumes after it, replaying what changed in
-//! between, so a scheduled rebuild never overwrites newer incremental
-//! writes with its older snapshot.
+//! skipped and logged. The watcher is paused around a job (its tokens
+//! saved) and resumes after it, replaying what changed in between, so a
+//! scheduled rebuild never overwrites newer incremental writes with its
+//! older snapshot. A watcher that fails is restarted with backoff; its
+//! last error shows in `/health` (503 while it is not streaming) and
+//! `/status`, and `serve` keeps running.
 
 pub mod http;
 pub mod metrics;
 pub mod schedule;
+mod supervise;
 
 use crate::config::Config;
 use crate::keys::status::StatusKeys;
 use crate::progress::Progress;
 use crate::rebuild::{RebuildOptions, RunError, rebuild};
-use crate::sink::{Sink, SinkError};
+use crate::sink::{Fence, Lease, Sink, SinkError};
 use crate::source::Source;
 use crate::status::Trigger;
-use crate::watch::{WatchMetrics, WatchOptions};
+use crate::watch::WatchMetrics;
 use chrono::Utc;
 use http::{Handler, Response};
 use metrics::ServeMetrics;
@@ -29,6 +38,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use supervise::{Supervised, WatcherHealth};
 use tokio::net::TcpListener;
 
 pub struct ServeOptions {
@@ -45,75 +55,115 @@ pub enum ServeError {
     Source(#[from] crate::source::SourceError),
     #[error(transparent)]
     Sink(#[from] SinkError),
-    #[error("the watcher failed: {0}")]
-    Watch(#[from] crate::watch::WatchError),
 }
 
 /// How long shutdown waits for the current batch and the watcher.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
-
-struct Watcher {
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<(), crate::watch::WatchError>>,
-}
-
-fn start_watcher(cfg: &Config, window: Duration, metrics: Arc<WatchMetrics>) -> Watcher {
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let cfg = cfg.clone();
-    let opts = WatchOptions { window, heartbeat: false, ..WatchOptions::default() };
-    let task = tokio::spawn(async move {
-        crate::watch::run(&cfg, &opts, metrics, async {
-            let _ = stopped.await;
-        })
-        .await
-    });
-    Watcher { stop, task }
-}
-
-async fn stop_watcher(watcher: Watcher) -> Result<(), ServeError> {
-    let _ = watcher.stop.send(());
-    match tokio::time::timeout(SHUTDOWN_GRACE, watcher.task).await {
-        Ok(Ok(result)) => Ok(result?),
-        Ok(Err(join)) => {
-            tracing::error!(error = %join, "watcher task failed");
-            Ok(())
-        }
-        Err(_) => {
-            tracing::error!("watcher did not stop in time");
-            Ok(())
-        }
-    }
-}
 
 fn edge_of(err: &RunError) -> &'static str {
     match err {
         RunError::Source(_) => "mongodb",
         RunError::Sink(_) | RunError::RedisRestarted => "redis",
         RunError::Lease(_) => "lease",
+        RunError::Guard(_) => "guard",
         RunError::Internal(_) => "other",
     }
 }
 
-struct Shared {
+/// This instance's place among replicas.
+#[derive(Debug, Clone, Default)]
+struct Role {
+    leader: bool,
+    epoch: u64,
+    holder: String,
+}
+
+/// The outcome of the last scheduled job, for `/health` and `/status`.
+#[derive(Debug, Clone, serde::Serialize)]
+struct JobRecord {
+    schedule: String,
+    finished_at: u64,
+    ok: bool,
+    /// The sweep guard refused it: the cache is intact but not refreshed.
+    refused: bool,
+    error: Option<String>,
+}
+
+pub(crate) struct Shared {
     cfg: Config,
     source: Source,
     sink: Sink,
     metrics: ServeMetrics,
     watch_metrics: Arc<WatchMetrics>,
+    watch_enabled: bool,
+    watcher: Arc<Mutex<WatcherHealth>>,
     current: Mutex<Option<String>>,
+    role: Mutex<Role>,
+    last_job: Mutex<Option<JobRecord>>,
+    /// The leader's fenced sink, for the heartbeat; `None` on a follower.
+    leader_sink: Mutex<Option<Sink>>,
     started_at: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Shared {
     fn heartbeat(&self) -> serde_json::Value {
+        let role = lock(&self.role).clone();
         serde_json::json!({
             "service": "cachewright serve",
             "pid": std::process::id(),
             "timestamp": crate::status::unix_now(),
             "started_at": self.started_at,
-            "current_job": *self.current.lock().unwrap_or_else(|e| e.into_inner()),
-            "watcher": self.watch_metrics.heartbeat(),
+            "role": if role.leader { "leader" } else { "follower" },
+            "epoch": role.epoch,
+            "holder": role.holder,
+            "current_job": *lock(&self.current),
+            "last_job": *lock(&self.last_job),
+            "watcher": self.watcher_json(),
         })
+    }
+
+    fn watcher_json(&self) -> serde_json::Value {
+        let health = lock(&self.watcher).clone();
+        let mut value = self.watch_metrics.heartbeat();
+        value["state"] = serde_json::json!(health.state(&self.watch_metrics));
+        value["last_error"] = serde_json::json!(health.last_error);
+        value["restarts"] = serde_json::json!(health.restarts);
+        value
+    }
+
+    /// Why this instance is not ready, if it is not.
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let leader = lock(&self.role).leader;
+        if leader && self.watch_enabled {
+            let health = lock(&self.watcher).clone();
+            match health.state(&self.watch_metrics) {
+                "streaming" | "paused" => {}
+                state => problems.push(match &health.last_error {
+                    Some(err) => format!("watcher is {state}; last error: {err}"),
+                    None => format!("watcher is {state}"),
+                }),
+            }
+            let lag = self.watch_metrics.lag_ms.load(Ordering::Relaxed) / 1000;
+            if lag > self.cfg.watch_max_lag_seconds {
+                problems.push(format!(
+                    "watcher lag {lag}s exceeds CACHEWRIGHT_WATCH_MAX_LAG_SECONDS={}",
+                    self.cfg.watch_max_lag_seconds
+                ));
+            }
+        }
+        if let Some(job) = lock(&self.last_job).as_ref().filter(|j| j.refused) {
+            problems.push(format!(
+                "scheduled job {} was refused by the sweep guard: {}",
+                job.schedule,
+                job.error.as_deref().unwrap_or_default()
+            ));
+        }
+        problems
     }
 
     async fn health(&self) -> Response {
@@ -131,9 +181,16 @@ impl Shared {
             Ok(Err(err)) => err.to_string(),
             Err(_) => "no answer within 2s".to_string(),
         };
-        let ok = mongo == "ok" && redis == "ok";
-        let body =
-            serde_json::json!({ "status": if ok { "ok" } else { "unavailable" }, "mongodb": mongo, "redis": redis });
+        let problems = self.problems();
+        let ok = mongo == "ok" && redis == "ok" && problems.is_empty();
+        let role = lock(&self.role).clone();
+        let body = serde_json::json!({
+            "status": if ok { "ok" } else { "unavailable" },
+            "mongodb": mongo,
+            "redis": redis,
+            "role": if role.leader { "leader" } else { "follower" },
+            "problems": problems,
+        });
         Response::json(if ok { 200 } else { 503 }, &body)
     }
 
@@ -159,10 +216,16 @@ fn handler(shared: Arc<Shared>) -> Handler {
     })
 }
 
+/// Why a leader stopped leading.
+enum LeaderExit {
+    Shutdown,
+    Lost,
+}
+
 /// Runs until `shutdown` resolves, then stops within a bounded time: no
 /// new fires, the current batch finishes or the run stops cleanly (marked
-/// failed with reason `shutdown`, lease released), the watcher saves its
-/// tokens.
+/// failed with reason `shutdown`), the watcher saves its tokens, and the
+/// lease is released.
 pub async fn run(
     cfg: &Config,
     opts: ServeOptions,
@@ -176,7 +239,12 @@ pub async fn run(
         sink: Sink::connect(cfg).await?,
         metrics: ServeMetrics::default(),
         watch_metrics: Arc::new(WatchMetrics::default()),
+        watch_enabled: opts.watch,
+        watcher: Default::default(),
         current: Mutex::new(None),
+        role: Mutex::new(Role::default()),
+        last_job: Mutex::new(None),
+        leader_sink: Mutex::new(None),
         started_at: crate::status::unix_now(),
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -189,14 +257,11 @@ pub async fn run(
         tokio::spawn(async move {
             let keys = StatusKeys::new(shared.cfg.status_prefix.clone());
             loop {
-                let mut conn = shared.sink.connection();
-                let _: redis::RedisResult<()> = redis::cmd("SET")
-                    .arg(keys.health())
-                    .arg(shared.heartbeat().to_string())
-                    .arg("EX")
-                    .arg(60)
-                    .query_async(&mut conn)
-                    .await;
+                // Only the leader reports, under its epoch.
+                let sink = lock(&shared.leader_sink).clone();
+                if let Some(sink) = sink {
+                    let _ = sink.heartbeat(&keys, &shared.heartbeat()).await;
+                }
                 let mut rx = rx.clone();
                 if tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| *s)).await.is_ok() {
                     return;
@@ -204,74 +269,97 @@ pub async fn run(
             }
         })
     };
-    let mut watcher = opts.watch.then(|| start_watcher(cfg, opts.window, shared.watch_metrics.clone()));
     tracing::info!(schedules = opts.schedules.len(), watch = opts.watch, "serve started");
 
     tokio::pin!(shutdown);
-    let mut next_due: Vec<_> = opts.schedules.iter().map(|s| s.next_fire(Utc::now())).collect();
+    let status = StatusKeys::new(cfg.status_prefix.clone());
+    let ttl = Duration::from_secs(cfg.lease_seconds);
     loop {
-        let Some(due) = next_due.iter().flatten().min().copied() else {
-            // No schedule ever fires again; serve the watcher and HTTP.
-            (&mut shutdown).await;
-            break;
-        };
-        let wait = (due - Utc::now()).to_std().unwrap_or(Duration::ZERO);
-        tracing::debug!(due = %due, wait_ms = wait.as_millis() as u64, "next fire");
-        tokio::select! {
+        *lock(&shared.role) = Role::default();
+        let lease = tokio::select! {
             _ = &mut shutdown => break,
-            _ = tokio::time::sleep(wait) => {}
+            lease = Lease::acquire_waiting(shared.sink.connection(), &status, ttl) => lease,
+        };
+        let lease = match lease {
+            Ok(lease) => lease,
+            Err(err) => {
+                tracing::error!(error = %err, "cannot take part in leadership; retrying");
+                shared.metrics.failed("leadership", "redis");
+                tokio::select! {
+                    _ = &mut shutdown => break,
+                    _ = tokio::time::sleep(ttl) => continue,
+                }
+            }
+        };
+        let fence = lease.fence();
+        *lock(&shared.role) = Role { leader: true, epoch: fence.epoch(), holder: lease.holder().to_string() };
+        shared.metrics.leadership(true, fence.epoch());
+        tracing::info!(epoch = fence.epoch(), holder = %lease.holder(), "leading: running the watcher and schedules");
+        let exit = lead(cfg, &opts, &shared, &fence, &mut shutdown).await;
+        *lock(&shared.leader_sink) = None;
+        shared.metrics.leadership(false, fence.epoch());
+        match exit {
+            LeaderExit::Shutdown => {
+                lease.release().await;
+                break;
+            }
+            LeaderExit::Lost => {
+                tracing::warn!(epoch = fence.epoch(), "leadership lost; following");
+                drop(lease);
+            }
         }
+    }
+    tracing::info!("serve stopping");
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, http).await;
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, heartbeat).await;
+    tracing::info!("serve stopped");
+    Ok(())
+}
+
+/// Leads until shutdown or until the lease is lost: the supervised
+/// watcher, and the schedules' jobs under the same fence.
+async fn lead(
+    cfg: &Config,
+    opts: &ServeOptions,
+    shared: &Arc<Shared>,
+    fence: &Fence,
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> LeaderExit {
+    *lock(&shared.leader_sink) = Some(shared.sink.clone().fenced(fence.clone()));
+    let start_watcher = || {
+        opts.watch.then(|| {
+            supervise::start(cfg, opts.window, shared.watch_metrics.clone(), fence.clone(), shared.watcher.clone())
+        })
+    };
+    let mut watcher: Option<Supervised> = start_watcher();
+    let mut next_due: Vec<_> = opts.schedules.iter().map(|s| s.next_fire(Utc::now())).collect();
+    let exit = loop {
+        let due = next_due.iter().flatten().min().copied();
+        let wait = due.map(|d| (d - Utc::now()).to_std().unwrap_or(Duration::ZERO));
+        tokio::select! {
+            _ = shutdown.as_mut() => break LeaderExit::Shutdown,
+            _ = fence.lost() => break LeaderExit::Lost,
+            _ = tokio::time::sleep(wait.unwrap_or(Duration::from_secs(3600))) => {}
+        }
+        let Some(due) = due.filter(|d| *d <= Utc::now()) else { continue };
         let firing: Vec<usize> = (0..opts.schedules.len()).filter(|&i| next_due[i] == Some(due)).collect();
-        let mut interrupted = false;
+        let mut interrupted = None;
         for i in firing {
             let schedule = &opts.schedules[i];
             if let Some(w) = watcher.take() {
-                stop_watcher(w).await?;
+                w.stop(SHUTDOWN_GRACE).await;
             }
-            *shared.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(schedule.name.clone());
-            let cancel = Arc::new(AtomicBool::new(false));
-            let run_opts = RebuildOptions { cancel: Some(cancel.clone()), ..RebuildOptions::only(schedule.families()) }
-                .trigger(Trigger::Cron);
-            tracing::info!(schedule = %schedule.name, "scheduled job started");
-            let progress = Progress::hidden();
-            let job = rebuild(cfg, &run_opts, &progress);
-            tokio::pin!(job);
-            let result = tokio::select! {
-                result = &mut job => result,
-                _ = &mut shutdown => {
-                    interrupted = true;
-                    tracing::info!(schedule = %schedule.name, "shutdown during a job; stopping before its next batch");
-                    cancel.store(true, Ordering::SeqCst);
-                    match tokio::time::timeout(SHUTDOWN_GRACE, &mut job).await {
-                        Ok(result) => result,
-                        Err(_) => Err(RunError::Internal("the job did not stop in time".into())),
-                    }
-                }
-            };
-            *shared.current.lock().unwrap_or_else(|e| e.into_inner()) = None;
-            match result {
-                Ok(summary) => {
-                    tracing::info!(schedule = %schedule.name, keys_written = summary.written_total(), keys_deleted = summary.deleted_total(), "scheduled job completed");
-                    shared.metrics.completed("cron", &summary);
-                }
-                Err(RunError::Lease(err)) => {
-                    tracing::info!(schedule = %schedule.name, reason = %err, "fire skipped: another instance is rebuilding");
-                    shared.metrics.skipped(&schedule.name);
-                }
-                Err(err) => {
-                    tracing::error!(schedule = %schedule.name, error = %err, "scheduled job failed");
-                    shared.metrics.failed("cron", edge_of(&err));
-                }
-            }
-            if interrupted {
+            interrupted = run_job(cfg, shared, schedule, fence, shutdown).await;
+            if interrupted.is_some() {
                 break;
             }
         }
-        if interrupted {
-            break;
+        if let Some(exit) = interrupted {
+            break exit;
         }
-        if opts.watch && watcher.is_none() {
-            watcher = Some(start_watcher(cfg, opts.window, shared.watch_metrics.clone()));
+        if watcher.is_none() {
+            watcher = start_watcher();
         }
         // Fires that passed while the job ran are skipped, never queued.
         let now = Utc::now();
@@ -286,14 +374,70 @@ pub async fn run(
                 next_due[i] = next;
             }
         }
-    }
-    tracing::info!("serve stopping");
+    };
     if let Some(w) = watcher.take() {
-        stop_watcher(w).await?;
+        w.stop(SHUTDOWN_GRACE).await;
     }
-    let _ = stop_tx.send(true);
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, http).await;
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, heartbeat).await;
-    tracing::info!("serve stopped");
-    Ok(())
+    exit
+}
+
+/// Runs one scheduled job under the leader's fence. Returns why the
+/// leader must stop, if a shutdown or a lost lease cut the job short.
+async fn run_job(
+    cfg: &Config,
+    shared: &Shared,
+    schedule: &Schedule,
+    fence: &Fence,
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Option<LeaderExit> {
+    *lock(&shared.current) = Some(schedule.name.clone());
+    let cancel = Arc::new(AtomicBool::new(false));
+    let run_opts = RebuildOptions {
+        cancel: Some(cancel.clone()),
+        fence: Some(fence.clone()),
+        ..RebuildOptions::only(schedule.families())
+    }
+    .trigger(Trigger::Cron);
+    tracing::info!(schedule = %schedule.name, "scheduled job started");
+    let progress = Progress::hidden();
+    let job = rebuild(cfg, &run_opts, &progress);
+    tokio::pin!(job);
+    let mut interrupted = None;
+    let result = tokio::select! {
+        result = &mut job => result,
+        _ = shutdown.as_mut() => {
+            interrupted = Some(LeaderExit::Shutdown);
+            tracing::info!(schedule = %schedule.name, "shutdown during a job; stopping before its next batch");
+            cancel.store(true, Ordering::SeqCst);
+            match tokio::time::timeout(SHUTDOWN_GRACE, &mut job).await {
+                Ok(result) => result,
+                Err(_) => Err(RunError::Internal("the job did not stop in time".into())),
+            }
+        }
+    };
+    *lock(&shared.current) = None;
+    let record = |ok: bool, refused: bool, error: Option<String>| JobRecord {
+        schedule: schedule.name.clone(),
+        finished_at: crate::status::unix_now(),
+        ok,
+        refused,
+        error,
+    };
+    match result {
+        Ok(summary) => {
+            tracing::info!(schedule = %schedule.name, keys_written = summary.written_total(), keys_deleted = summary.deleted_total(), "scheduled job completed");
+            shared.metrics.completed("cron", &summary);
+            *lock(&shared.last_job) = Some(record(true, false, None));
+        }
+        Err(err) => {
+            tracing::error!(schedule = %schedule.name, error = %err, "scheduled job failed");
+            shared.metrics.failed("cron", edge_of(&err));
+            let refused = matches!(err, RunError::Guard(_));
+            *lock(&shared.last_job) = Some(record(false, refused, Some(err.to_string())));
+            if matches!(err, RunError::Sink(SinkError::LeaseLost | SinkError::Fenced { .. })) {
+                interrupted.get_or_insert(LeaderExit::Lost);
+            }
+        }
+    }
+    interrupted
 }

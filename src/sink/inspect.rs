@@ -113,27 +113,13 @@ impl Sink {
         Ok(values.into_iter().map(Option::unwrap_or_default).collect())
     }
 
-    /// A field of `INFO section`, e.g. `used_memory`.
-    pub async fn info_field(&self, section: &str, field: &str) -> Result<Option<String>, SinkError> {
-        let mut conn = self.connection();
-        let info: String = redis::cmd("INFO")
-            .arg(section)
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| SinkError::Scan { attempts: 1, source })?;
-        let prefix = format!("{field}:");
-        Ok(info.lines().find_map(|l| l.strip_prefix(prefix.as_str())).map(|v| v.trim().to_string()))
-    }
-
-    /// Unlinks keys in one call.
+    /// Unlinks keys in one call (fenced when the sink is).
     pub async fn unlink(&self, keys: &[String]) -> Result<(), SinkError> {
-        let conn = &self.conn;
-        self.retry
-            .run(|| {
-                let mut conn = conn.clone();
-                async move { redis::cmd("UNLINK").arg(keys).query_async::<()>(&mut conn).await }
-            })
-            .await
-            .map_err(|(attempts, source)| SinkError::Write { attempts, source })
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic().cmd("UNLINK").arg(keys).ignore();
+        self.send(pipe).await
     }
 }

@@ -2,15 +2,19 @@
 //! retries with backoff, and the sweep of keys a rebuild did not produce.
 
 mod inspect;
+pub mod lease;
 mod pipeline;
 mod retry;
+mod state;
 mod sweep;
 mod writer;
 
 pub use inspect::{Inspected, Observed};
+pub use lease::{Fence, Lease, LeaseError};
 pub use pipeline::{build_change_pipeline, build_pipeline, ttl_with_jitter};
 pub use retry::RetryPolicy;
-pub use sweep::{Existing, Produced, SweepOutcome, digest};
+pub use state::info_value;
+pub use sweep::{Existing, Produced, Stale, SweepOutcome, digest, stale};
 pub use writer::{WriteOutcome, run_writer};
 
 use crate::config::{Config, TierSeconds, redact_url};
@@ -34,8 +38,16 @@ pub enum SinkError {
         #[source]
         source: redis::RedisError,
     },
-    #[error("the rebuild lease was lost to another instance; stopped before the next batch")]
+    #[error(
+        "this instance no longer holds the writer lease (taken over, or not renewed for a whole lease TTL); \
+         it stopped writing"
+    )]
     LeaseLost,
+    #[error(
+        "Redis refused the write: the fencing epoch moved past {epoch}, so another instance took over the writer \
+         lease; this instance stopped writing"
+    )]
+    Fenced { epoch: u64 },
     #[error("stopped before the next batch: shutdown")]
     Stopped,
     #[error("scanning Redis keys failed after {attempts} attempt(s): {source}")]
@@ -52,7 +64,7 @@ impl SinkError {
             SinkError::Connect { source, .. } | SinkError::Write { source, .. } | SinkError::Scan { source, .. } => {
                 is_retriable(source)
             }
-            SinkError::LeaseLost | SinkError::Stopped => false,
+            SinkError::LeaseLost | SinkError::Fenced { .. } | SinkError::Stopped => false,
         }
     }
 }
@@ -68,9 +80,19 @@ pub fn is_retriable(err: &redis::RedisError) -> bool {
 }
 
 /// A connected Redis, with the write settings of one run.
+///
+/// Reads and unfenced writes share one multiplexed connection. A fenced
+/// sink ([`Sink::fenced`]) sends each write as `WATCH epoch`, a check that
+/// the epoch is still its own, then `MULTI … EXEC`: Redis applies the
+/// batch only if no take-over raised the epoch in between. `WATCH` is
+/// per connection, so fenced writes use connections of their own, one
+/// batch at a time each.
 #[derive(Clone)]
 pub struct Sink {
     conn: ConnectionManager,
+    client: redis::Client,
+    exclusive: std::sync::Arc<std::sync::Mutex<Vec<redis::aio::MultiplexedConnection>>>,
+    fence: Option<Fence>,
     ttl: TierSeconds,
     jitter: f64,
     retry: RetryPolicy,
@@ -104,18 +126,39 @@ impl Sink {
             .set_response_timeout(Some(Duration::from_secs(60)))
             .set_number_of_retries(3)
             .set_max_delay(Duration::from_secs(2));
-        let mut conn =
-            tokio::time::timeout(Duration::from_secs(10), ConnectionManager::new_with_config(client, manager_config))
-                .await
-                .map_err(|_| {
-                    connect_err(redis::RedisError::from(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "connection timed out",
-                    )))
-                })?
-                .map_err(connect_err)?;
+        let mut conn = tokio::time::timeout(
+            Duration::from_secs(10),
+            ConnectionManager::new_with_config(client.clone(), manager_config),
+        )
+        .await
+        .map_err(|_| {
+            connect_err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connection timed out",
+            )))
+        })?
+        .map_err(connect_err)?;
         redis::cmd("PING").query_async::<()>(&mut conn).await.map_err(connect_err)?;
-        Ok(Sink { conn, ttl: cfg.ttl, jitter: cfg.ttl_jitter, retry: RetryPolicy::default() })
+        Ok(Sink {
+            conn,
+            client,
+            exclusive: Default::default(),
+            fence: None,
+            ttl: cfg.ttl,
+            jitter: cfg.ttl_jitter,
+            retry: RetryPolicy::default(),
+        })
+    }
+
+    /// The same sink with every write fenced by `fence`'s epoch.
+    pub fn fenced(mut self, fence: Fence) -> Sink {
+        self.fence = Some(fence);
+        self.exclusive = Default::default();
+        self
+    }
+
+    pub fn fence(&self) -> Option<&Fence> {
+        self.fence.as_ref()
     }
 
     pub fn with_retry(mut self, retry: RetryPolicy) -> Sink {
@@ -133,8 +176,12 @@ impl Sink {
         self.send(build_pipeline(ops, &self.ttl, self.jitter, rand::random::<f64>)).await
     }
 
-    /// Sends one idempotent pipeline, retrying retriable failures.
-    async fn send(&self, pipe: redis::Pipeline) -> Result<(), SinkError> {
+    /// Sends one idempotent atomic pipeline, retrying retriable failures;
+    /// fenced when the sink is.
+    pub async fn send(&self, pipe: redis::Pipeline) -> Result<(), SinkError> {
+        if let Some(fence) = &self.fence {
+            return self.send_fenced(fence, &pipe).await;
+        }
         let conn = &self.conn;
         self.retry
             .run(|| {
@@ -144,6 +191,71 @@ impl Sink {
             })
             .await
             .map_err(|(attempts, source)| SinkError::Write { attempts, source })
+    }
+
+    /// Sends an atomic pipeline under the fence: refused for good when the
+    /// epoch moved (the lease is then marked lost), retried on a new
+    /// connection when the network failed (a dropped connection loses its
+    /// `WATCH`, so the check is made again).
+    async fn send_fenced(&self, fence: &Fence, pipe: &redis::Pipeline) -> Result<(), SinkError> {
+        let mut attempt = 1;
+        loop {
+            if !fence.is_valid() {
+                return Err(SinkError::LeaseLost);
+            }
+            match self.try_fenced(fence, pipe).await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {
+                    fence.mark_lost();
+                    return Err(SinkError::Fenced { epoch: fence.epoch });
+                }
+                Err(err) if attempt < self.retry.attempts && is_retriable(&err) => {
+                    let delay = self.retry.delay(attempt);
+                    tracing::warn!(attempt, delay_ms = delay.as_millis() as u64, error = %err, "fenced redis write failed, retrying");
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                Err(source) => return Err(SinkError::Write { attempts: attempt, source }),
+            }
+        }
+    }
+
+    /// One fenced attempt: `Ok(false)` when Redis refused it.
+    async fn try_fenced(&self, fence: &Fence, pipe: &redis::Pipeline) -> redis::RedisResult<bool> {
+        let mut conn = self.checkout().await?;
+        let (current,): (Option<u64>,) = redis::pipe()
+            .cmd("WATCH")
+            .arg(&fence.key)
+            .ignore()
+            .cmd("GET")
+            .arg(&fence.key)
+            .query_async(&mut conn)
+            .await?;
+        if current != Some(fence.epoch) {
+            redis::cmd("UNWATCH").query_async::<()>(&mut conn).await?;
+            self.checkin(conn);
+            return Ok(false);
+        }
+        let applied: Option<()> = pipe.query_async(&mut conn).await?;
+        self.checkin(conn);
+        Ok(applied.is_some())
+    }
+
+    /// A connection no other task uses while it is out (so its `WATCH`
+    /// covers only this batch).
+    async fn checkout(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        let pooled = self.exclusive.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        if let Some(conn) = pooled {
+            return Ok(conn);
+        }
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(5)))
+            .set_response_timeout(Some(Duration::from_secs(60)));
+        self.client.get_multiplexed_async_connection_with_config(&config).await
+    }
+
+    fn checkin(&self, conn: redis::aio::MultiplexedConnection) {
+        self.exclusive.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
     }
 
     /// Applies the watcher's changes in one transaction, retrying
@@ -166,17 +278,11 @@ impl Sink {
             })
             .await
             .map_err(|(attempts, source)| SinkError::Scan { attempts, source })?;
-        Ok(info.lines().find_map(|l| l.strip_prefix("run_id:")).unwrap_or_default().trim().to_string())
+        Ok(info_value(&info, "run_id").unwrap_or_default().to_string())
     }
 
     /// `used_memory` from INFO memory, in bytes.
     pub async fn used_memory(&self) -> Result<u64, SinkError> {
-        let mut conn = self.conn.clone();
-        let info: String = redis::cmd("INFO")
-            .arg("memory")
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| SinkError::Scan { attempts: 1, source })?;
-        Ok(info.lines().find_map(|l| l.strip_prefix("used_memory:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0))
+        Ok(self.info_field("memory", "used_memory").await?.and_then(|v| v.parse().ok()).unwrap_or(0))
     }
 }

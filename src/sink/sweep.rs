@@ -38,6 +38,25 @@ pub struct SweepOutcome {
 pub struct Existing {
     pub keys: Vec<(FamilyId, String)>,
     pub scanned: u64,
+    /// Keys under the prefix whose names are not UTF-8: no registered
+    /// family can match them, so they are skipped and only counted.
+    pub not_utf8: u64,
+}
+
+/// The existing keys a rebuild did not produce: what its sweep deletes.
+#[derive(Debug, Default)]
+pub struct Stale {
+    pub keys: Vec<(FamilyId, String)>,
+    /// How many keys of the selected families existed.
+    pub existing: u64,
+    pub scanned: u64,
+}
+
+/// Splits off the existing keys that were not produced.
+pub fn stale(existing: Existing, produced: &Produced) -> Stale {
+    let count = existing.keys.len() as u64;
+    let keys = existing.keys.into_iter().filter(|(_, key)| !produced.contains(&digest(key))).collect();
+    Stale { keys, existing: count, scanned: existing.scanned }
 }
 
 const SCAN_COUNT: usize = 5000;
@@ -52,43 +71,42 @@ impl super::Sink {
         let mut existing = Existing::default();
         let mut cursor: u64 = 0;
         loop {
-            let (next, batch): (u64, Vec<String>) = scan(&self.retry, &mut conn, cursor, &glob).await?;
+            let (next, batch): (u64, Vec<Vec<u8>>) = scan(&self.retry, &mut conn, cursor, &glob).await?;
             existing.scanned += batch.len() as u64;
-            for key in batch {
+            for raw in batch {
+                let Ok(key) = String::from_utf8(raw) else {
+                    existing.not_utf8 += 1;
+                    continue;
+                };
                 if let Some(family) = keys.classify(&key).filter(|f| families.contains(*f)) {
                     existing.keys.push((family, key));
                 }
             }
             cursor = next;
             if cursor == 0 {
+                if existing.not_utf8 > 0 {
+                    tracing::warn!(
+                        keys = existing.not_utf8,
+                        "keys under the prefix whose names are not UTF-8 were skipped"
+                    );
+                }
                 return Ok(existing);
             }
         }
     }
 
-    /// Unlinks the existing keys that were not produced; with `dry_run`,
-    /// only counts them.
-    pub async fn sweep(
-        &self,
-        existing: Existing,
-        produced: &Produced,
-        dry_run: bool,
-    ) -> Result<SweepOutcome, SinkError> {
-        let mut outcome = SweepOutcome { scanned: existing.scanned, ..SweepOutcome::default() };
-        let mut doomed: Vec<String> = Vec::new();
-        for (family, key) in existing.keys {
-            if produced.contains(&digest(&key)) {
-                continue;
-            }
-            *outcome.deleted.entry(family).or_default() += 1;
-            doomed.push(key);
-            if !dry_run && doomed.len() >= UNLINK_BATCH {
-                self.unlink(&doomed).await?;
-                doomed.clear();
-            }
+    /// Unlinks the stale keys in batches (fenced when the sink is); with
+    /// `dry_run`, only counts them.
+    pub async fn sweep(&self, stale: &Stale, dry_run: bool) -> Result<SweepOutcome, SinkError> {
+        let mut outcome = SweepOutcome { scanned: stale.scanned, ..SweepOutcome::default() };
+        for (family, _) in &stale.keys {
+            *outcome.deleted.entry(*family).or_default() += 1;
         }
-        if !dry_run && !doomed.is_empty() {
-            self.unlink(&doomed).await?;
+        if !dry_run {
+            for chunk in stale.keys.chunks(UNLINK_BATCH) {
+                let keys: Vec<String> = chunk.iter().map(|(_, k)| k.clone()).collect();
+                self.unlink(&keys).await?;
+            }
         }
         Ok(outcome)
     }
@@ -99,7 +117,7 @@ async fn scan(
     conn: &mut ConnectionManager,
     cursor: u64,
     glob: &str,
-) -> Result<(u64, Vec<String>), SinkError> {
+) -> Result<(u64, Vec<Vec<u8>>), SinkError> {
     retry
         .run(|| {
             let mut conn = conn.clone();
@@ -120,7 +138,25 @@ async fn scan(
 
 #[cfg(test)]
 mod tests {
-    use super::digest;
+    use super::*;
+
+    #[test]
+    fn stale_keys_are_the_unproduced_ones() {
+        let existing = Existing {
+            keys: vec![
+                (FamilyId::TagAll, "app:tag:all".into()),
+                (FamilyId::VideoDetail, "app:video:detail:v1".into()),
+                (FamilyId::VideoDetail, "app:video:detail:v2".into()),
+            ],
+            scanned: 7,
+            not_utf8: 1,
+        };
+        let produced: Produced = ["app:tag:all", "app:video:detail:v2"].iter().map(|k| digest(k)).collect();
+        let stale = stale(existing, &produced);
+        assert_eq!(stale.existing, 3);
+        assert_eq!(stale.scanned, 7);
+        assert_eq!(stale.keys, vec![(FamilyId::VideoDetail, "app:video:detail:v1".to_string())]);
+    }
 
     #[test]
     fn digests_differ_for_different_keys() {

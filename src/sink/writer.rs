@@ -25,7 +25,6 @@ pub async fn run_writer(
     sink: Option<Sink>,
     rx: mpsc::Receiver<Vec<Op>>,
     concurrency: usize,
-    lease: Option<Arc<AtomicBool>>,
     cancel: Option<Arc<AtomicBool>>,
     on_batch: impl Fn(u64),
 ) -> Result<WriteOutcome, SinkError> {
@@ -33,17 +32,14 @@ pub async fn run_writer(
     let mut outcome = WriteOutcome::default();
     let mut results = batches
         .map(|batch| {
-            let (sink, lease, cancel) = (sink.clone(), lease.clone(), cancel.clone());
+            let (sink, cancel) = (sink.clone(), cancel.clone());
             async move {
                 // A stopping process starts no new batch; what is written
                 // stays whole (every batch is one transaction).
                 if cancel.is_some_and(|stop| stop.load(Ordering::SeqCst)) {
                     return Err(SinkError::Stopped);
                 }
-                // An instance that lost its lease writes nothing more.
-                if lease.is_some_and(|held| !held.load(Ordering::SeqCst)) {
-                    return Err(SinkError::LeaseLost);
-                }
+                // A fenced sink checks its lease and epoch on every batch.
                 if let Some(sink) = &sink {
                     sink.write(&batch).await?;
                 }

@@ -24,18 +24,42 @@ pub enum SourceError {
     },
 }
 
+/// Server error codes a restart, a fail-over or a network cut produces:
+/// the operation may succeed when the whole run is done again.
+///
+/// HostUnreachable (6), HostNotFound (7), CursorNotFound (43: the server
+/// that held the cursor restarted), NetworkTimeout (89), ShutdownInProgress
+/// (91), PrimarySteppedDown (189), NotWritablePrimary (10107),
+/// InterruptedAtShutdown (11600), InterruptedDueToReplStateChange (11602),
+/// NotPrimaryNoSecondaryOk (13435), NotPrimaryOrSecondary (13436),
+/// SocketException (9001).
+pub const RESTART_CODES: [i32; 12] = [6, 7, 43, 89, 91, 189, 9001, 10107, 11600, 11602, 13435, 13436];
+
+/// Whether a MongoDB error may pass by itself (network trouble, restarts,
+/// elections).
+pub fn is_retriable(err: &mongodb::error::Error) -> bool {
+    use mongodb::error::ErrorKind;
+    let code = match err.kind.as_ref() {
+        ErrorKind::Command(c) => Some(c.code),
+        ErrorKind::Write(mongodb::error::WriteFailure::WriteConcernError(w)) => Some(w.code),
+        _ => None,
+    };
+    matches!(
+        err.kind.as_ref(),
+        ErrorKind::Io(_) | ErrorKind::ServerSelection { .. } | ErrorKind::ConnectionPoolCleared { .. }
+    ) || code.is_some_and(|c| RESTART_CODES.contains(&c))
+        || err.contains_label(mongodb::error::RETRYABLE_ERROR)
+        || err.contains_label("RetryableWriteError")
+        || err.contains_label("ResumableChangeStreamError")
+}
+
 impl SourceError {
-    /// Whether trying again may help (network trouble, elections).
+    /// Whether trying again may help (network trouble, restarts, elections).
     pub fn is_retriable(&self) -> bool {
         let source = match self {
             SourceError::Connect { source, .. } | SourceError::Read { source, .. } => source,
         };
-        matches!(
-            source.kind.as_ref(),
-            mongodb::error::ErrorKind::Io(_)
-                | mongodb::error::ErrorKind::ServerSelection { .. }
-                | mongodb::error::ErrorKind::ConnectionPoolCleared { .. }
-        ) || source.contains_label(mongodb::error::RETRYABLE_ERROR)
+        is_retriable(source)
     }
 }
 
@@ -115,5 +139,28 @@ impl Source {
         collection: &str,
     ) -> Result<Option<RawDocumentBuf>, SourceError> {
         cursor.try_next().await.map_err(|source| SourceError::Read { collection: collection.to_string(), source })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mongodb::error::{CommandError, Error, ErrorKind};
+
+    fn command_error(code: i32) -> Error {
+        let json = serde_json::json!({ "code": code, "codeName": "X", "errmsg": "m" });
+        let command: CommandError = serde_json::from_value(json).expect("command error shape");
+        Error::from(ErrorKind::Command(command))
+    }
+
+    #[test]
+    fn restart_and_failover_codes_are_retriable() {
+        for code in RESTART_CODES {
+            assert!(is_retriable(&command_error(code)), "code {code}");
+        }
+        assert!(!is_retriable(&command_error(2)), "BadValue is not retriable");
+        assert!(!is_retriable(&command_error(13)), "Unauthorized is not retriable");
+        let io = Error::from(ErrorKind::Io(std::sync::Arc::new(std::io::ErrorKind::ConnectionReset.into())));
+        assert!(is_retriable(&io));
     }
 }

@@ -1,12 +1,10 @@
 //! Job status in Redis (contract §3): the job hash, per-builder hashes, the
 //! active / completed / failed sets, progress messages on pub/sub and the
-//! total-jobs counter; and the lease lock that lets one instance rebuild.
+//! total-jobs counter. The writer lease lives in [`crate::sink::lease`].
 
-mod lease;
 mod reporter;
 pub mod show;
 
-pub use lease::{Lease, LeaseError};
 pub use reporter::{JobReporter, Trigger, new_run_id};
 
 /// Seconds since the epoch.

@@ -4,7 +4,7 @@
 use super::{JOB_TTL_SECONDS, unix_now};
 use crate::keys::status::StatusKeys;
 use crate::progress::ProgressEvent;
-use redis::aio::ConnectionManager;
+use crate::sink::Sink;
 use std::collections::HashSet;
 use std::fmt;
 
@@ -35,7 +35,7 @@ pub fn new_run_id() -> String {
 
 /// Reports one run.
 pub struct JobReporter {
-    conn: ConnectionManager,
+    sink: Sink,
     keys: StatusKeys,
     pub run_id: String,
     builders: HashSet<&'static str>,
@@ -54,8 +54,9 @@ fn message(kind: &str, builder: Option<&str>, text: &str, current: u64, total: u
 impl JobReporter {
     /// Registers the run as active: job hash, active set, counter, and an
     /// `info` message. Ids in the state sets whose hash expired are pruned.
-    pub async fn start(conn: ConnectionManager, keys: StatusKeys, trigger: Trigger) -> JobReporter {
-        let reporter = JobReporter { conn, keys, run_id: new_run_id(), builders: HashSet::new() };
+    /// Its writes go through `sink`, so a fenced sink fences them too.
+    pub async fn start(sink: Sink, keys: StatusKeys, trigger: Trigger) -> JobReporter {
+        let reporter = JobReporter { sink, keys, run_id: new_run_id(), builders: HashSet::new() };
         reporter.prune().await;
         let now = unix_now().to_string();
         let job = reporter.keys.job(&reporter.run_id);
@@ -89,16 +90,16 @@ impl JobReporter {
         reporter
     }
 
-    async fn apply(&self, pipe: redis::Pipeline) {
-        let mut conn = self.conn.clone();
-        if let Err(err) = pipe.query_async::<()>(&mut conn).await {
+    async fn apply(&self, mut pipe: redis::Pipeline) {
+        pipe.atomic();
+        if let Err(err) = self.sink.send(pipe).await {
             tracing::warn!(run_id = %self.run_id, error = %err, "could not update job status keys");
         }
     }
 
     /// Drops ids from the state sets whose job hash has expired.
     async fn prune(&self) {
-        let mut conn = self.conn.clone();
+        let mut conn = self.sink.connection();
         for state in ["active", "completed", "failed"] {
             let set = self.keys.jobs(state);
             let ids: Vec<String> = redis::cmd("SMEMBERS").arg(&set).query_async(&mut conn).await.unwrap_or_default();
@@ -112,7 +113,9 @@ impl JobReporter {
             let exists: Vec<bool> = pipe.query_async(&mut conn).await.unwrap_or_default();
             let gone: Vec<&String> = ids.iter().zip(exists).filter(|(_, e)| !e).map(|(id, _)| id).collect();
             if !gone.is_empty() {
-                let _: Result<(), _> = redis::cmd("SREM").arg(&set).arg(gone).query_async(&mut conn).await;
+                let mut pipe = redis::pipe();
+                pipe.cmd("SREM").arg(&set).arg(gone).ignore();
+                self.apply(pipe).await;
             }
         }
     }

@@ -24,7 +24,7 @@ use crate::keys::status::StatusKeys;
 use crate::plan::{Change, FamilySet};
 use crate::progress::Progress;
 use crate::rebuild::{RebuildOptions, RunError, plan_ctx, rebuild_with_retries};
-use crate::sink::{Sink, SinkError};
+use crate::sink::{Fence, Lease, LeaseError, Sink, SinkError};
 use crate::source::{Source, SourceError};
 use crate::status::Trigger;
 use model::{Coll, Event, Model, Touched, id_key};
@@ -66,6 +66,8 @@ pub enum WatchError {
     Sink(#[from] SinkError),
     #[error("full rebuild for the watcher failed: {0}")]
     Rebuild(#[from] RunError),
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -91,8 +93,10 @@ enum Restart {
     Rebuild(String),
 }
 
-/// Runs until `shutdown` resolves. Tokens are saved after every applied
-/// batch, so stopping at any point loses nothing.
+/// Runs as a leader until `shutdown` resolves: waits for the writer lease
+/// (following whoever holds it), watches under it, and goes back to
+/// waiting if it is lost. Tokens are saved after every applied batch, so
+/// stopping at any point loses nothing.
 pub async fn run(
     cfg: &Config,
     opts: &WatchOptions,
@@ -101,6 +105,44 @@ pub async fn run(
 ) -> Result<(), WatchError> {
     tokio::pin!(shutdown);
     let sink = Sink::connect(cfg).await?;
+    let status = StatusKeys::new(cfg.status_prefix.clone());
+    let ttl = Duration::from_secs(cfg.lease_seconds);
+    loop {
+        let lease = tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            lease = Lease::acquire_waiting(sink.connection(), &status, ttl) => lease?,
+        };
+        let fence = lease.fence();
+        let outcome = tokio::select! {
+            result = run_fenced(cfg, opts, metrics.clone(), fence.clone(), &mut shutdown) => Some(result),
+            _ = fence.lost() => None,
+        };
+        metrics.streaming.store(false, std::sync::atomic::Ordering::Relaxed);
+        match outcome {
+            Some(Ok(())) => {
+                lease.release().await;
+                return Ok(());
+            }
+            Some(Err(WatchError::Sink(SinkError::LeaseLost | SinkError::Fenced { .. }))) | None => {
+                tracing::warn!("the writer lease was lost; following the new leader");
+            }
+            Some(Err(err)) => return Err(err),
+        }
+    }
+}
+
+/// Watches under a writer lease the caller holds, until `shutdown`
+/// resolves or an error the watcher cannot handle itself. Every write,
+/// token and heartbeat is fenced by the lease's epoch.
+pub async fn run_fenced(
+    cfg: &Config,
+    opts: &WatchOptions,
+    metrics: Arc<WatchMetrics>,
+    fence: Fence,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), WatchError> {
+    tokio::pin!(shutdown);
+    let sink = Sink::connect(cfg).await?.fenced(fence.clone());
     let source = Source::connect(cfg).await?;
     let status = StatusKeys::new(cfg.status_prefix.clone());
     let ctx = plan_ctx(cfg, FamilySet::all());
@@ -144,7 +186,8 @@ pub async fn run(
                 if fresh {
                     let reason = rebuild_reason.take().unwrap_or_else(|| "no saved resume tokens".into());
                     tracing::info!(reason = %reason, "streams open; running a full rebuild before applying changes");
-                    let opts = RebuildOptions::full().trigger(Trigger::ChangeStream);
+                    let opts = RebuildOptions { fence: Some(fence.clone()), ..RebuildOptions::full() }
+                        .trigger(Trigger::ChangeStream);
                     let progress = Progress::hidden();
                     metrics.rebuild();
                     tokio::select! {
@@ -440,32 +483,18 @@ async fn heartbeat(sink: &Sink, status: &StatusKeys, metrics: &WatchMetrics) {
     if now.saturating_sub(last) < 5 {
         return;
     }
-    let mut conn = sink.connection();
-    let result: redis::RedisResult<()> = redis::cmd("SET")
-        .arg(status.health())
-        .arg(metrics.heartbeat().to_string())
-        .arg("EX")
-        .arg(60)
-        .query_async(&mut conn)
-        .await;
-    if let Err(err) = result {
+    if let Err(err) = sink.heartbeat(status, &metrics.heartbeat()).await {
         tracing::warn!(error = %err, "could not write the health heartbeat");
     }
 }
 
+fn collection_names(cfg: &Config) -> [&str; 4] {
+    Coll::ALL.map(|c| c.name(&cfg.collections))
+}
+
 async fn load_tokens(sink: &Sink, status: &StatusKeys, cfg: &Config) -> Result<Option<Vec<ResumeToken>>, WatchError> {
-    let mut conn = sink.connection();
-    let mut pipe = redis::pipe();
-    for coll in Coll::ALL {
-        pipe.cmd("GET").arg(status.cdc_resume(coll.name(&cfg.collections)));
-    }
-    let values: Vec<Option<String>> = pipe
-        .query_async(&mut conn)
-        .await
-        .map_err(|source| WatchError::Sink(SinkError::Scan { attempts: 1, source }))?;
-    let tokens: Option<Vec<ResumeToken>> =
-        values.into_iter().map(|v| v.and_then(|text| serde_json::from_str(&text).ok())).collect();
-    Ok(tokens)
+    let Some(texts) = sink.load_tokens(status, &collection_names(cfg)).await? else { return Ok(None) };
+    Ok(texts.iter().map(|text| serde_json::from_str(text).ok()).collect())
 }
 
 /// Saves tokens; called only after the writes they cover succeeded.
@@ -475,22 +504,16 @@ async fn save_tokens(
     cfg: &Config,
     tokens: &HashMap<Coll, ResumeToken>,
 ) -> Result<(), WatchError> {
-    if tokens.is_empty() {
-        return Ok(());
-    }
-    let mut pipe = redis::pipe();
+    let mut texts = Vec::with_capacity(tokens.len());
     for (coll, token) in tokens {
         let text = serde_json::to_string(token).map_err(|e| WatchError::Internal(e.to_string()))?;
-        pipe.cmd("SET").arg(status.cdc_resume(coll.name(&cfg.collections))).arg(text).ignore();
+        texts.push((coll.name(&cfg.collections), text));
     }
-    let mut conn = sink.connection();
-    pipe.query_async::<()>(&mut conn).await.map_err(|source| WatchError::Sink(SinkError::Write { attempts: 1, source }))
+    Ok(sink.save_tokens(status, &texts).await?)
 }
 
 async fn clear_tokens(sink: &Sink, status: &StatusKeys, cfg: &Config) -> Result<(), WatchError> {
-    let keys: Vec<String> = Coll::ALL.iter().map(|c| status.cdc_resume(c.name(&cfg.collections))).collect();
-    sink.unlink(&keys).await?;
-    Ok(())
+    Ok(sink.clear_tokens(status, &collection_names(cfg)).await?)
 }
 
 #[cfg(test)]

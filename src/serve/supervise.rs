@@ -1,0 +1,127 @@
+//! The watcher under `serve`: restarted with backoff when it fails, its
+//! state and last error kept for `/health`, `/status` and metrics.
+
+use crate::config::Config;
+use crate::sink::Fence;
+use crate::watch::{WatchMetrics, WatchOptions};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What `serve` knows of its watcher.
+#[derive(Debug, Clone, Default)]
+pub struct WatcherHealth {
+    /// Running (starting or streaming), failed (waiting to restart),
+    /// paused (a scheduled job runs), or stopped.
+    running: bool,
+    failed: bool,
+    paused: bool,
+    pub last_error: Option<String>,
+    pub restarts: u64,
+}
+
+impl WatcherHealth {
+    /// `starting`, `streaming`, `failed`, `paused` or `stopped`.
+    pub fn state(&self, metrics: &WatchMetrics) -> &'static str {
+        if self.failed {
+            "failed"
+        } else if self.running && metrics.streaming.load(Ordering::Relaxed) {
+            "streaming"
+        } else if self.running {
+            "starting"
+        } else if self.paused {
+            "paused"
+        } else {
+            "stopped"
+        }
+    }
+}
+
+/// A running supervisor.
+pub struct Supervised {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    health: Arc<Mutex<WatcherHealth>>,
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+fn set(health: &Mutex<WatcherHealth>, f: impl FnOnce(&mut WatcherHealth)) {
+    f(&mut health.lock().unwrap_or_else(|e| e.into_inner()));
+}
+
+/// Starts the watcher under `fence`, restarting it with backoff whenever
+/// it fails, until stopped or the lease is lost.
+pub fn start(
+    cfg: &Config,
+    window: Duration,
+    metrics: Arc<WatchMetrics>,
+    fence: Fence,
+    health: Arc<Mutex<WatcherHealth>>,
+) -> Supervised {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let cfg = cfg.clone();
+    let opts = WatchOptions { window, heartbeat: false, ..WatchOptions::default() };
+    let task = {
+        let health = health.clone();
+        tokio::spawn(async move {
+            let mut backoff = FIRST_BACKOFF;
+            loop {
+                set(&health, |h| {
+                    h.running = true;
+                    h.failed = false;
+                    h.paused = false;
+                });
+                let mut rx = stopped.clone();
+                let result = crate::watch::run_fenced(&cfg, &opts, metrics.clone(), fence.clone(), async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+                .await;
+                metrics.streaming.store(false, Ordering::Relaxed);
+                let err = match result {
+                    Ok(()) => {
+                        set(&health, |h| h.running = false);
+                        return;
+                    }
+                    Err(err) => err.to_string(),
+                };
+                set(&health, |h| {
+                    h.running = false;
+                    h.failed = true;
+                    h.last_error = Some(err.clone());
+                    h.restarts += 1;
+                });
+                if !fence.is_valid() {
+                    tracing::warn!(error = %err, "watcher stopped: the writer lease is lost");
+                    return;
+                }
+                tracing::error!(error = %err, delay_ms = backoff.as_millis() as u64, "watcher failed; restarting");
+                let mut rx = stopped.clone();
+                tokio::select! {
+                    _ = rx.wait_for(|s| *s) => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        })
+    };
+    Supervised { stop, task, health }
+}
+
+impl Supervised {
+    /// Stops the watcher (it saves its tokens) and marks it paused.
+    pub async fn stop(self, grace: Duration) {
+        let _ = self.stop.send(true);
+        match tokio::time::timeout(grace, self.task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(join)) => tracing::error!(error = %join, "watcher task failed"),
+            Err(_) => tracing::error!("watcher did not stop in time"),
+        }
+        set(&self.health, |h| {
+            h.running = false;
+            h.failed = false;
+            h.paused = true;
+        });
+    }
+}

@@ -1,0 +1,276 @@
+//! The writer lease and its fencing epoch.
+//!
+//! One instance at a time may write the cache: it holds the lease key
+//! (`lock:rebuild:full`, SET NX PX with a token naming the holder) and,
+//! on taking it, raises the epoch key (`lock:epoch`) that only grows.
+//! Every write the holder sends is checked by Redis itself against that
+//! epoch (see [`super::Sink::fenced`]), so a holder that stalled past its
+//! lease cannot land a batch after another instance took over, even one
+//! it sent before the stall.
+//!
+//! Renewal extends the lease only while the key still holds this
+//! instance's token; it never takes back a lease that expired. A holder
+//! that could not renew for a whole TTL counts itself out by its own
+//! clock. Dropping a [`Lease`] stops its renewer and releases it.
+
+use crate::keys::status::StatusKeys;
+use redis::aio::ConnectionManager;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error(
+        "another instance holds the writer lease {key}: {holder}. It is a `serve` or `watch` leader, or a rebuild \
+         in progress, and it keeps the cache current. Wait for it to finish, or stop that instance (its lease \
+         expires within one lease TTL) and run this again"
+    )]
+    Held { key: String, holder: String },
+    #[error("cannot take the writer lease: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+/// Takes the lease if free and raises the epoch to `max(epoch + 1, now
+/// in ms)`: the clock part keeps it growing even after a Redis that kept
+/// no data restarted and forgot the old value.
+const ACQUIRE: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
+      local e = tonumber(redis.call('GET', KEYS[2]) or '0') + 1 \
+      local t = tonumber(ARGV[3]) \
+      if t > e then e = t end \
+      redis.call('SET', KEYS[2], string.format('%d', e)) \
+      return e \
+    end \
+    return 0";
+/// Extends the lease only while it is ours.
+const RENEW: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
+const RELEASE: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+
+/// What the holder knows of its lease, shared with its fences.
+#[derive(Debug)]
+struct LeaseState {
+    held: AtomicBool,
+    origin: Instant,
+    /// When (ms after `origin`) the last successful renewal was sent.
+    renewed_at_ms: AtomicU64,
+    ttl: Duration,
+    lost: tokio::sync::watch::Sender<bool>,
+}
+
+impl LeaseState {
+    fn since_origin_ms(&self) -> u64 {
+        self.origin.elapsed().as_millis() as u64
+    }
+
+    fn valid(&self) -> bool {
+        self.held.load(Ordering::SeqCst)
+            && self.since_origin_ms().saturating_sub(self.renewed_at_ms.load(Ordering::SeqCst))
+                < self.ttl.as_millis() as u64
+    }
+
+    fn mark_lost(&self) {
+        self.held.store(false, Ordering::SeqCst);
+        self.lost.send_replace(true);
+    }
+}
+
+/// What a writer needs to have Redis check its writes: the epoch key and
+/// the epoch it took the lease with. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Fence {
+    pub(super) key: String,
+    pub(super) epoch: u64,
+    state: Arc<LeaseState>,
+}
+
+impl Fence {
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Whether the lease still holds by this instance's own knowledge: not
+    /// lost, and renewed within the last TTL.
+    pub fn is_valid(&self) -> bool {
+        self.state.valid()
+    }
+
+    /// Records that Redis refused a write under this epoch.
+    pub(super) fn mark_lost(&self) {
+        self.state.mark_lost();
+    }
+
+    /// Resolves once the lease is lost (taken over, or not renewed for a
+    /// whole TTL).
+    pub async fn lost(&self) {
+        let mut rx = self.state.lost.subscribe();
+        let _ = rx.wait_for(|lost| *lost).await;
+    }
+}
+
+/// A held lease, renewed in the background until released or dropped.
+pub struct Lease {
+    key: String,
+    token: String,
+    conn: ConnectionManager,
+    fence: Fence,
+    renewer: tokio::task::JoinHandle<()>,
+    released: bool,
+}
+
+/// A holder token that says who holds the lease: host, pid, and a random
+/// part that tells two holders in one process apart.
+fn holder_token() -> String {
+    let host = hostname();
+    format!("{host}/pid-{}/{:012x}", std::process::id(), rand::random::<u64>() & 0xffff_ffff_ffff)
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its whole length and gethostname
+    // writes at most that many bytes.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let name = if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    if name.is_empty() { "unknown-host".into() } else { name }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+impl Lease {
+    /// Takes the lease, or says who holds it.
+    pub async fn acquire(conn: ConnectionManager, keys: &StatusKeys, ttl: Duration) -> Result<Lease, LeaseError> {
+        let key = keys.rebuild_lock();
+        let token = holder_token();
+        let mut c = conn.clone();
+        let epoch: u64 = redis::Script::new(ACQUIRE)
+            .key(&key)
+            .key(keys.epoch())
+            .arg(&token)
+            .arg(ttl.as_millis() as u64)
+            .arg(unix_ms())
+            .invoke_async(&mut c)
+            .await?;
+        if epoch == 0 {
+            let holder: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut c).await?;
+            return Err(LeaseError::Held { key, holder: holder.unwrap_or_else(|| "(just released)".into()) });
+        }
+        let (lost, _) = tokio::sync::watch::channel(false);
+        let state = Arc::new(LeaseState {
+            held: AtomicBool::new(true),
+            origin: Instant::now(),
+            renewed_at_ms: AtomicU64::new(0),
+            ttl,
+            lost,
+        });
+        let renewer = tokio::spawn(renew(conn.clone(), key.clone(), token.clone(), state.clone()));
+        tracing::info!(key = %key, holder = %token, epoch, "writer lease taken");
+        let fence = Fence { key: keys.epoch(), epoch, state };
+        Ok(Lease { key, token, conn, fence, renewer, released: false })
+    }
+
+    /// Waits until the lease can be taken (polling every third of its
+    /// TTL), logging who holds it meanwhile.
+    pub async fn acquire_waiting(
+        conn: ConnectionManager,
+        keys: &StatusKeys,
+        ttl: Duration,
+    ) -> Result<Lease, LeaseError> {
+        let mut last_holder = String::new();
+        loop {
+            match Lease::acquire(conn.clone(), keys, ttl).await {
+                Ok(lease) => return Ok(lease),
+                Err(LeaseError::Held { holder, .. }) => {
+                    if holder != last_holder {
+                        tracing::info!(leader = %holder, "following: another instance is the leader");
+                        last_holder = holder;
+                    }
+                }
+                Err(LeaseError::Redis(err)) if super::is_retriable(&err) => {
+                    tracing::warn!(error = %err, "cannot reach Redis to take the writer lease; retrying");
+                }
+                Err(err) => return Err(err),
+            }
+            tokio::time::sleep(ttl / 3).await;
+        }
+    }
+
+    pub fn fence(&self) -> Fence {
+        self.fence.clone()
+    }
+
+    pub fn holder(&self) -> &str {
+        &self.token
+    }
+
+    /// Releases the lease if it is still ours.
+    pub async fn release(mut self) {
+        self.released = true;
+        self.renewer.abort();
+        release(self.conn.clone(), self.key.clone(), self.token.clone()).await;
+    }
+}
+
+impl Drop for Lease {
+    /// A lease dropped without `release` (a cancelled job, an error path,
+    /// a panic) still stops renewing and is released, so no lock leaks.
+    fn drop(&mut self) {
+        self.renewer.abort();
+        if self.released {
+            return;
+        }
+        self.fence.state.held.store(false, Ordering::SeqCst);
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(release(self.conn.clone(), self.key.clone(), self.token.clone()));
+        }
+    }
+}
+
+async fn release(mut conn: ConnectionManager, key: String, token: String) {
+    let released: redis::RedisResult<i64> =
+        redis::Script::new(RELEASE).key(&key).arg(&token).invoke_async(&mut conn).await;
+    match released {
+        Ok(_) => tracing::debug!(key = %key, "writer lease released"),
+        Err(err) => {
+            tracing::warn!(key = %key, error = %err, "could not release the writer lease; it expires by itself")
+        }
+    }
+}
+
+/// Renews every third of the TTL. A renewal that fails or does not answer
+/// within that third is retried; after a whole TTL without one, the
+/// holder counts the lease as lost.
+async fn renew(mut conn: ConnectionManager, key: String, token: String, state: Arc<LeaseState>) {
+    let every = state.ttl / 3;
+    loop {
+        tokio::time::sleep(every).await;
+        let sent = state.since_origin_ms();
+        let script = redis::Script::new(RENEW);
+        let mut invocation = script.key(&key);
+        invocation.arg(&token).arg(state.ttl.as_millis() as u64);
+        let renewed: Result<redis::RedisResult<i64>, _> =
+            tokio::time::timeout(every, invocation.invoke_async(&mut conn)).await;
+        match renewed {
+            Ok(Ok(1)) => state.renewed_at_ms.store(sent, Ordering::SeqCst),
+            Ok(Ok(_)) => {
+                tracing::error!(key = %key, "writer lease taken over by another instance; stopping writes");
+                state.mark_lost();
+                return;
+            }
+            Ok(Err(err)) => tracing::warn!(key = %key, error = %err, "could not renew the writer lease"),
+            Err(_) => tracing::warn!(key = %key, "renewing the writer lease got no answer in time"),
+        }
+        if !state.valid() {
+            tracing::error!(key = %key, ttl_ms = state.ttl.as_millis() as u64, "writer lease not renewed for a whole TTL; stopping writes");
+            state.mark_lost();
+            return;
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! Service state kept in Redis beside the data: change-stream resume
+//! tokens and the heartbeat. Writes go through [`Sink::send`], so a
+//! fenced sink writes them only while it holds the writer lease.
+
+use super::{Sink, SinkError};
+use crate::keys::status::StatusKeys;
+
+impl Sink {
+    /// The saved resume tokens (JSON text) of `collections`, in order;
+    /// `None` unless every one is saved.
+    pub async fn load_tokens(&self, keys: &StatusKeys, collections: &[&str]) -> Result<Option<Vec<String>>, SinkError> {
+        let mut pipe = redis::pipe();
+        for name in collections {
+            pipe.cmd("GET").arg(keys.cdc_resume(name));
+        }
+        let mut conn = self.connection();
+        let values: Vec<Option<String>> =
+            pipe.query_async(&mut conn).await.map_err(|source| SinkError::Scan { attempts: 1, source })?;
+        Ok(values.into_iter().collect())
+    }
+
+    /// Saves resume tokens (collection name, JSON text) in one
+    /// transaction; called only after the writes they cover succeeded.
+    pub async fn save_tokens(&self, keys: &StatusKeys, tokens: &[(&str, String)]) -> Result<(), SinkError> {
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for (name, text) in tokens {
+            pipe.cmd("SET").arg(keys.cdc_resume(name)).arg(text).ignore();
+        }
+        self.send(pipe).await
+    }
+
+    /// Forgets the resume tokens of `collections`.
+    pub async fn clear_tokens(&self, keys: &StatusKeys, collections: &[&str]) -> Result<(), SinkError> {
+        let names: Vec<String> = collections.iter().map(|c| keys.cdc_resume(c)).collect();
+        self.unlink(&names).await
+    }
+
+    /// Writes the heartbeat `health:current` (60 s TTL).
+    pub async fn heartbeat(&self, keys: &StatusKeys, body: &serde_json::Value) -> Result<(), SinkError> {
+        let mut pipe = redis::pipe();
+        pipe.atomic().cmd("SET").arg(keys.health()).arg(body.to_string()).arg("EX").arg(60).ignore();
+        self.send(pipe).await
+    }
+
+    /// A field of `INFO section` (e.g. `used_memory` of `memory`).
+    pub async fn info_field(&self, section: &str, field: &str) -> Result<Option<String>, SinkError> {
+        let mut conn = self.connection();
+        let info: String = redis::cmd("INFO")
+            .arg(section)
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| SinkError::Scan { attempts: 1, source })?;
+        Ok(info_value(&info, field).map(str::to_string))
+    }
+}
+
+/// The value of `field` in an INFO reply.
+pub fn info_value<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')).map(str::trim)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn info_fields_are_read_whole() {
+        let info = "# Memory\r\nused_memory:1024\r\nused_memory_human:1K\r\nrun_id:abc\r\n";
+        assert_eq!(super::info_value(info, "used_memory"), Some("1024"));
+        assert_eq!(super::info_value(info, "used_memory_human"), Some("1K"));
+        assert_eq!(super::info_value(info, "run_id"), Some("abc"));
+        assert_eq!(super::info_value(info, "maxmemory"), None);
+    }
+}

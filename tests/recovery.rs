@@ -6,23 +6,8 @@ mod common;
 use cachewright::plan::FamilySet;
 use cachewright::progress::Progress;
 use cachewright::rebuild::{RebuildOptions, plan_ctx, plan_in_memory, rebuild_with_retries};
+use common::proxy::Proxy;
 use std::time::Duration;
-
-async fn dbsize(url: &str) -> u64 {
-    let mut conn = common::redis_conn(url).await;
-    redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap_or(0)
-}
-
-/// Waits until the rebuild has written some keys, so a restart lands mid-run.
-async fn wait_for_writes(url: &str) {
-    for _ in 0..2000 {
-        if dbsize(url).await > 500 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("the rebuild never started writing");
-}
 
 async fn expected_render(cfg: &cachewright::config::Config) -> String {
     let source = cachewright::source::Source::connect(cfg).await.unwrap();
@@ -39,21 +24,47 @@ async fn generate(cfg: &cachewright::config::Config, videos: usize) {
     cachewright::generate::generate(source.database(), &cfg.collections, shape, 3, |_| {}).await.unwrap();
 }
 
+/// Starts a rebuild whose Redis traffic goes through `proxy`, and waits
+/// until the proxy has stalled it on its first video detail: the video
+/// cursor is then open (details come from documents it returned) and,
+/// with the writer held and small batches, it cannot run dry.
+async fn rebuild_stalled_on_first_detail(
+    cfg: &cachewright::config::Config,
+    proxy: &Proxy,
+) -> tokio::task::JoinHandle<Result<cachewright::rebuild::RunSummary, cachewright::rebuild::RunError>> {
+    proxy.stall_on(b"video:detail:");
+    let run = {
+        let cfg = cfg.clone();
+        tokio::spawn(async move { rebuild_with_retries(&cfg, &RebuildOptions::full(), &Progress::hidden(), 4).await })
+    };
+    tokio::time::timeout(Duration::from_secs(120), proxy.wait_stalled()).await.expect("the rebuild reached its videos");
+    run
+}
+
+/// A run's settings for these tests: Redis through the proxy, small write
+/// batches (so the stalled writer holds the reader well before the end of
+/// the cursor), and a lease long enough to outlast the stall.
+fn stalled_config(mongo_uri: &str, proxy: &Proxy, name: &str) -> cachewright::config::Config {
+    let mut cfg = common::config(mongo_uri, &proxy.redis_url(), name);
+    cfg.write_batch_ops = 100;
+    cfg.lease_seconds = 120;
+    cfg
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restart_mid_run_is_detected_and_the_run_redone() {
     let mongo = &common::shared().mongo;
     let mut redis = common::servers::Redis::start();
+    let proxy = Proxy::start(redis.port).await;
     let name = common::unique("redisrestart");
-    let cfg = common::config(&mongo.uri(), &redis.url(), &name);
+    let cfg = stalled_config(&mongo.uri(), &proxy, &name);
     generate(&cfg, 30_000).await;
 
-    let opts = RebuildOptions::full();
-    let run = {
-        let cfg = cfg.clone();
-        tokio::spawn(async move { rebuild_with_retries(&cfg, &opts, &Progress::hidden(), 3).await })
-    };
-    wait_for_writes(&redis.url()).await;
+    let run = rebuild_stalled_on_first_detail(&cfg, &proxy).await;
+    // Redis loses everything written so far; the run goes on against the
+    // fresh server once the proxy lets traffic through again.
     redis.restart();
+    proxy.resume();
     let summary = run.await.unwrap().expect("rebuild recovers from a Redis restart");
     assert!(summary.written_total() > 0);
 
@@ -62,27 +73,19 @@ async fn redis_restart_mid_run_is_detected_and_the_run_redone() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mongodb_restart_mid_run_is_survived() {
+async fn mongodb_restart_while_a_cursor_is_open_is_survived() {
     let redis = &common::shared().redis;
     let mut mongo = common::servers::Mongo::start();
+    let proxy = Proxy::start(redis.port).await;
     let name = common::unique("mongorestart");
-    let cfg = common::config(&mongo.uri(), &redis.url(), &name);
+    let cfg = stalled_config(&mongo.uri(), &proxy, &name);
     generate(&cfg, 30_000).await;
 
-    let opts = RebuildOptions::full();
-    let run = {
-        let cfg = cfg.clone();
-        tokio::spawn(async move { rebuild_with_retries(&cfg, &opts, &Progress::hidden(), 4).await })
-    };
-    // Writes start while videos are still being read.
-    for _ in 0..2000 {
-        let n = common::dump(&redis.url(), &cfg.prefix).await.len();
-        if n > 500 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let run = rebuild_stalled_on_first_detail(&cfg, &proxy).await;
+    // The server holding the open cursor restarts: the next getMore finds
+    // no cursor (CursorNotFound) or no connection, and the run is redone.
     mongo.restart();
+    proxy.resume();
     run.await.unwrap().expect("rebuild recovers from a MongoDB restart");
     let dump = common::dump(&redis.url(), &cfg.prefix).await;
     assert_eq!(common::render_dump(&dump, &cfg.prefix), expected_render(&cfg).await);

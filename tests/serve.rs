@@ -92,10 +92,22 @@ async fn http_endpoints_answer_and_health_fails_when_redis_is_down() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let (status, body) = get(addr, "/health").await;
+    // Ready once the leader's watcher streams.
+    let mut ready = (0, String::new());
+    for _ in 0..500 {
+        ready = get(addr, "/health").await;
+        if ready.0 == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, body) = ready;
     assert_eq!(status, 200, "{body}");
     let health: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(health, serde_json::json!({"status": "ok", "mongodb": "ok", "redis": "ok"}));
+    assert_eq!(
+        health,
+        serde_json::json!({"status": "ok", "mongodb": "ok", "redis": "ok", "role": "leader", "problems": []})
+    );
     let (status, body) = get(addr, "/metrics").await;
     assert_eq!(status, 200);
     for metric in [
@@ -285,4 +297,226 @@ async fn the_lease_is_taken_over_after_its_holder_is_killed() {
     let _ = stop.send(());
     server.await.unwrap().expect("clean stop");
     assert!(taken_over, "no rebuild completed after the holder was killed");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The pid inside a writer-lease holder token (`host/pid-N/…`).
+fn holder_pid(token: &str) -> Option<u32> {
+    token.split('/').find_map(|p| p.strip_prefix("pid-")).and_then(|p| p.parse().ok())
+}
+
+async fn lock_holder(url: &str, status: &str) -> Option<u32> {
+    let mut conn = common::redis_conn(url).await;
+    let v: Option<String> =
+        redis::cmd("GET").arg(format!("{status}lock:rebuild:full")).query_async(&mut conn).await.unwrap();
+    v.as_deref().and_then(holder_pid)
+}
+
+async fn expected_render(cfg: &Config) -> String {
+    use cachewright::rebuild::{plan_ctx, plan_in_memory};
+    let source = cachewright::source::Source::connect(cfg).await.unwrap();
+    let raw = source.read_four(cfg).await.unwrap();
+    let ctx = plan_ctx(cfg, cachewright::plan::FamilySet::all());
+    let run = plan_in_memory(&ctx, &cfg.collections, &raw[0], &raw[1], &raw[2], &raw[3]);
+    common::render::render_ops(&run.ops).replace(&cfg.prefix, "app:")
+}
+
+/// Waits until the cache equals a fresh full rebuild of MongoDB.
+async fn wait_converged(url: &str, cfg: &Config) {
+    let mut last = String::new();
+    for _ in 0..300 {
+        let expected = expected_render(cfg).await;
+        last = common::render_dump(&common::dump(url, &cfg.prefix).await, &cfg.prefix);
+        if last == expected {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let expected = expected_render(cfg).await;
+    let diff = similar::TextDiff::from_lines(&expected, &last).unified_diff().context_radius(1).to_string();
+    panic!("the cache never matched a fresh rebuild:\n{diff}");
+}
+
+fn signal(child: &std::process::Child, sig: &str) {
+    let _ = std::process::Command::new("kill").args([sig, &child.id().to_string()]).status();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_leader_is_replaced_within_a_lease_ttl_and_returns_as_a_follower() {
+    let s = common::shared();
+    let name = common::unique("failover");
+    let status = format!("cw-{name}:");
+    let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &status, true);
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("s.toml"),
+        "[[schedule]]\nname = \"daily\"\ncron = \"0 0 3 * * *\"\njob = \"rebuild\"\n",
+    )
+    .unwrap();
+    let ports = [free_port(), free_port()];
+    let mut children: Vec<std::process::Child> = ports
+        .iter()
+        .map(|port| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_cachewright"))
+                .args(["serve", "--window-ms", "50", "--http", &format!("127.0.0.1:{port}"), "--schedules"])
+                .arg(dir.path())
+                .env("MONGODB_URI", s.mongo.uri())
+                .env("MONGODB_DB", &cfg.mongodb_db)
+                .env("REDIS_URL", s.redis.url())
+                .env("CACHEWRIGHT_PREFIX", &cfg.prefix)
+                .env("CACHEWRIGHT_STATUS_PREFIX", &status)
+                .env("CACHEWRIGHT_LEASE_SECONDS", cfg.lease_seconds.to_string())
+                .env("CACHEWRIGHT_TTL_COUNT", "864000")
+                .env("CACHEWRIGHT_TTL_INDEX", "864000")
+                .env("CACHEWRIGHT_TTL_DETAIL", "864000")
+                .env("CACHEWRIGHT_TTL_CATALOG", "864000")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("start cachewright serve")
+        })
+        .collect();
+    let addr = |i: usize| std::net::SocketAddr::from(([127, 0, 0, 1], ports[i]));
+    let mut leader_pid = None;
+    for _ in 0..600 {
+        leader_pid = lock_holder(&s.redis.url(), &status).await;
+        if leader_pid.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let leader = children.iter().position(|c| Some(c.id()) == leader_pid).expect("one serve leads");
+    let follower = 1 - leader;
+    // The leader's watcher streams (its start-up rebuild done).
+    let mut ready = false;
+    for _ in 0..600 {
+        if tokio::net::TcpStream::connect(addr(leader)).await.is_ok() && get(addr(leader), "/health").await.0 == 200 {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ready, "the leader never became ready");
+    let (_, body) = get(addr(follower), "/health").await;
+    assert!(body.contains("\"role\":\"follower\""), "{body}");
+
+    // Freeze the leader: the follower takes over within a lease TTL (plus
+    // its polling interval).
+    signal(&children[leader], "-STOP");
+    let stopped = std::time::Instant::now();
+    let mut took_over = None;
+    while stopped.elapsed() < Duration::from_secs(20) {
+        if lock_holder(&s.redis.url(), &status).await == Some(children[follower].id()) {
+            took_over = Some(stopped.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = took_over.expect("the follower never took over");
+    let ttl = Duration::from_secs(cfg.lease_seconds);
+    assert!(took <= ttl + ttl / 3 + Duration::from_millis(500), "take-over took {took:?} with a {ttl:?} lease");
+
+    // The new leader's watcher applies changes.
+    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let videos = source.database().collection::<mongodb::bson::Document>("VideoMedia");
+    videos
+        .update_one(mongodb::bson::doc! {"_id": "v1"}, mongodb::bson::doc! {"$set": {"title": "after failover"}})
+        .await
+        .unwrap();
+    wait_converged(&s.redis.url(), &cfg).await;
+
+    // The old leader wakes up: it finds its lease gone, writes nothing, and
+    // follows.
+    signal(&children[leader], "-CONT");
+    let mut follows = false;
+    for _ in 0..300 {
+        let (_, body) = get(addr(leader), "/health").await;
+        if body.contains("\"role\":\"follower\"") {
+            follows = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(follows, "the old leader did not step down");
+    assert_eq!(lock_holder(&s.redis.url(), &status).await, Some(children[follower].id()));
+    videos
+        .update_one(mongodb::bson::doc! {"_id": "v2"}, mongodb::bson::doc! {"$set": {"title": "after wake-up"}})
+        .await
+        .unwrap();
+    wait_converged(&s.redis.url(), &cfg).await;
+
+    for child in &children {
+        signal(child, "-TERM");
+    }
+    for child in &mut children {
+        let mut code = None;
+        for _ in 0..400 {
+            if let Some(exit) = child.try_wait().unwrap() {
+                code = exit.code();
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(code, Some(0), "serve did not stop cleanly");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_watcher_shows_in_health_and_is_restarted() {
+    let mongo = &common::shared().mongo;
+    let redis = common::servers::Redis::start();
+    let name = common::unique("servewfail");
+    let mut cfg = config(&mongo.uri(), &redis.url(), &name, "cw-wfail:", true);
+    // The lease outlives the fault; only the watcher is under test.
+    cfg.lease_seconds = 60;
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    let daily = "[[schedule]]\nname = \"daily\"\ncron = \"0 0 3 * * *\"\njob = \"rebuild\"\n";
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, server) = serve_here(&cfg, daily, true, listener);
+    let wait_health = |want: u16| async move {
+        let mut last = (0, String::new());
+        for _ in 0..600 {
+            last = get(addr, "/health").await;
+            if last.0 == want {
+                return last.1;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("/health never answered {want}; last {last:?}");
+    };
+    wait_health(200).await;
+
+    // Redis refuses writes (out of memory): the next change fails the
+    // watcher's batch, and the watcher with it.
+    let mut conn = common::redis_conn(&redis.url()).await;
+    let _: () =
+        redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("noeviction").query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("1").query_async(&mut conn).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let videos = source.database().collection::<mongodb::bson::Document>("VideoMedia");
+    videos
+        .update_one(mongodb::bson::doc! {"_id": "v1"}, mongodb::bson::doc! {"$set": {"title": "while failing"}})
+        .await
+        .unwrap();
+    let body = wait_health(503).await;
+    assert!(body.contains("watcher"), "{body}");
+    let (_, status) = get(addr, "/status").await;
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert!(status["current"]["watcher"]["last_error"].as_str().is_some_and(|e| e.contains("OOM")), "{status}");
+    assert!(!server.is_finished(), "serve must keep running when its watcher fails");
+
+    // Redis recovers: the watcher is restarted, replays the change, and
+    // the cache converges.
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("0").query_async(&mut conn).await.unwrap();
+    wait_health(200).await;
+    wait_converged(&redis.url(), &cfg).await;
+    let (_, metrics) = get(addr, "/metrics").await;
+    assert!(metrics.contains("cachewright_changestream_streaming 1"), "{metrics}");
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(60), server).await.expect("serve stops").unwrap().expect("clean stop");
 }

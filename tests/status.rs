@@ -118,7 +118,8 @@ async fn only_one_instance_rebuilds_and_a_lost_lease_stops_the_writes() {
     let _: () = redis::cmd("SET").arg(&lock).arg("other").arg("PX").arg(60_000).query_async(&mut conn).await.unwrap();
     let err = rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.unwrap_err();
     assert!(matches!(err, RunError::Lease(_)), "{err}");
-    assert!(err.to_string().contains("another instance holds the rebuild lock"));
+    assert!(err.to_string().contains("another instance holds the writer lease"), "{err}");
+    assert!(err.to_string().contains("other"), "the holder is named: {err}");
     assert!(common::dump(&s.redis.url(), &cfg.prefix).await.is_empty());
     let _: () = redis::cmd("DEL").arg(&lock).query_async(&mut conn).await.unwrap();
 
@@ -144,9 +145,13 @@ async fn only_one_instance_rebuilds_and_a_lost_lease_stops_the_writes() {
     }
     let _: () = redis::cmd("SET").arg(&lock).arg("thief").arg("PX").arg(60_000).query_async(&mut conn).await.unwrap();
     let err = run.await.unwrap().unwrap_err();
-    assert!(err.to_string().contains("lease was lost"), "{err}");
+    assert!(err.to_string().contains("no longer holds the writer lease"), "{err}");
     let holder: String = redis::cmd("GET").arg(&lock).query_async(&mut conn).await.unwrap();
     assert_eq!(holder, "thief", "the loser must not release the new holder's lease");
+    // The loser's own status writes are fenced off; the next holder marks
+    // its run failed.
+    let _: () = redis::cmd("DEL").arg(&lock).query_async(&mut conn).await.unwrap();
+    rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.unwrap();
     let failed: Vec<String> =
         redis::cmd("SMEMBERS").arg(format!("{}jobs:failed", cfg.status_prefix)).query_async(&mut conn).await.unwrap();
     // The refused run never became a job; the one that lost its lease failed.
@@ -158,5 +163,5 @@ async fn only_one_instance_rebuilds_and_a_lost_lease_stops_the_writes() {
         .unwrap();
     assert_eq!(job["status"], "failed");
     assert_eq!(job["error_count"], "1");
-    assert!(job["last_error"].contains("lease was lost"), "{:?}", job["last_error"]);
+    assert!(job["last_error"].contains("abandoned"), "{:?}", job["last_error"]);
 }

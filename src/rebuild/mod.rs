@@ -87,6 +87,11 @@ pub enum RunError {
 }
 
 impl RunError {
+    /// Whether the run stopped because its writer lease went away.
+    pub fn is_lease_loss(&self) -> bool {
+        matches!(self, RunError::Sink(SinkError::LeaseLost | SinkError::Fenced { .. }))
+    }
+
     /// Whether running the whole rebuild again may succeed: a server that
     /// went away and came back, a network fault.
     pub fn is_retriable(&self) -> bool {
@@ -214,6 +219,7 @@ pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -
             (lease.fence(), Some(lease))
         }
     };
+    let redis_run_id = sink.run_id().await?;
     let sink = sink.fenced(fence);
     let mut reporter = JobReporter::start(sink.clone(), status, opts.trigger).await;
     tracing::info!(run_id = %reporter.run_id, trigger = %opts.trigger, "run registered");
@@ -224,7 +230,12 @@ pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -
         }
         reporter
     });
-    let result = run_pipeline(cfg, opts, &progress.with_events(events_tx), &sink).await;
+    let mut result = run_pipeline(cfg, opts, &progress.with_events(events_tx), &sink).await;
+    // A Redis that restarted without its data also lost the lease and the
+    // epoch: that is a restart to redo the run for, not a take-over.
+    if result.as_ref().is_err_and(RunError::is_lease_loss) && sink.run_id().await.is_ok_and(|now| now != redis_run_id) {
+        result = Err(RunError::RedisRestarted);
+    }
     let reporter = reporting.await?;
     match &result {
         Ok(summary) => {

@@ -256,14 +256,19 @@ pub async fn run(
         let (shared, rx) = (shared.clone(), stop_rx.clone());
         tokio::spawn(async move {
             let keys = StatusKeys::new(shared.cfg.status_prefix.clone());
+            // Every 10 s, and at once when this instance becomes leader.
+            let mut written: Option<(u64, std::time::Instant)> = None;
             loop {
                 // Only the leader reports, under its epoch.
                 let sink = lock(&shared.leader_sink).clone();
-                if let Some(sink) = sink {
+                let epoch = lock(&shared.role).epoch;
+                let due = written.is_none_or(|(e, at)| e != epoch || at.elapsed() >= Duration::from_secs(10));
+                if let Some(sink) = sink.filter(|_| due) {
                     let _ = sink.heartbeat(&keys, &shared.heartbeat()).await;
+                    written = Some((epoch, std::time::Instant::now()));
                 }
                 let mut rx = rx.clone();
-                if tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| *s)).await.is_ok() {
+                if tokio::time::timeout(Duration::from_millis(500), rx.wait_for(|s| *s)).await.is_ok() {
                     return;
                 }
             }

@@ -58,6 +58,7 @@ impl JobReporter {
     pub async fn start(sink: Sink, keys: StatusKeys, trigger: Trigger) -> JobReporter {
         let reporter = JobReporter { sink, keys, run_id: new_run_id(), builders: HashSet::new() };
         reporter.prune().await;
+        reporter.abandon_orphans().await;
         let now = unix_now().to_string();
         let job = reporter.keys.job(&reporter.run_id);
         let fields: [(&str, String); 14] = [
@@ -95,6 +96,40 @@ impl JobReporter {
         if let Err(err) = self.sink.send(pipe).await {
             tracing::warn!(run_id = %self.run_id, error = %err, "could not update job status keys");
         }
+    }
+
+    /// Marks failed the runs still listed active. Only the writer-lease
+    /// holder runs jobs, one at a time, so a run listed active when a new
+    /// one starts belongs to an instance that lost the lease or died: its
+    /// own status writes are fenced off, so the new holder closes it.
+    async fn abandon_orphans(&self) {
+        let mut conn = self.sink.connection();
+        let ids: Vec<String> =
+            redis::cmd("SMEMBERS").arg(self.keys.jobs("active")).query_async(&mut conn).await.unwrap_or_default();
+        if ids.is_empty() {
+            return;
+        }
+        let now = unix_now().to_string();
+        let reason = "abandoned: the instance running it lost the writer lease or stopped";
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            let job = self.keys.job(id);
+            pipe.cmd("HINCRBY").arg(&job).arg("error_count").arg(1).ignore();
+            pipe.cmd("HSET")
+                .arg(&job)
+                .arg(
+                    &[
+                        ("status", "failed".to_string()),
+                        ("finished_at", now.clone()),
+                        ("updated_at", now.clone()),
+                        ("last_error", reason.to_string()),
+                    ][..],
+                )
+                .ignore();
+            pipe.cmd("SMOVE").arg(self.keys.jobs("active")).arg(self.keys.jobs("failed")).arg(id).ignore();
+        }
+        tracing::warn!(runs = ids.len(), "runs left active by an instance that lost the writer lease marked failed");
+        self.apply(pipe).await;
     }
 
     /// Drops ids from the state sets whose job hash has expired.

@@ -2,6 +2,7 @@
 //! fixture loading and Redis dumps.
 #![allow(dead_code)]
 
+pub mod proxy;
 pub mod render;
 pub mod servers;
 
@@ -83,7 +84,7 @@ pub async fn dump(url: &str, prefix: &str) -> BTreeMap<String, (Content, i64)> {
     let mut keys: Vec<String> = Vec::new();
     let mut cursor: u64 = 0;
     loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+        let (next, batch): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
             .arg(format!("{prefix}*"))
@@ -92,7 +93,8 @@ pub async fn dump(url: &str, prefix: &str) -> BTreeMap<String, (Content, i64)> {
             .query_async(&mut conn)
             .await
             .expect("scan");
-        keys.extend(batch);
+        // Keys that are not UTF-8 belong to no family; they are left out.
+        keys.extend(batch.into_iter().filter_map(|k| String::from_utf8(k).ok()));
         cursor = next;
         if cursor == 0 {
             break;

@@ -1,0 +1,242 @@
+//! One writer at a time, checked by Redis: a stalled rebuilder that lost
+//! its lease lands nothing; the sweep guard keeps a misconfigured or
+//! emptied source from wiping the cache; a dropped lease is released;
+//! keys that are not UTF-8 break nothing.
+
+mod common;
+
+use cachewright::config::Config;
+use cachewright::plan::FamilySet;
+use cachewright::progress::Progress;
+use cachewright::rebuild::{RebuildOptions, RunError, plan_ctx, plan_in_memory, rebuild};
+use cachewright::sink::{Lease, SinkError};
+use common::proxy::Proxy;
+use mongodb::bson::{Document, doc};
+use std::process::Command;
+use std::time::Duration;
+
+async fn expected_render(cfg: &Config) -> String {
+    let source = cachewright::source::Source::connect(cfg).await.unwrap();
+    let raw = source.read_four(cfg).await.unwrap();
+    let run = plan_in_memory(&plan_ctx(cfg, FamilySet::all()), &cfg.collections, &raw[0], &raw[1], &raw[2], &raw[3]);
+    common::render::render_ops(&run.ops).replace(&cfg.prefix, "app:")
+}
+
+async fn generate(cfg: &Config, videos: usize, seed: u64) {
+    let source = cachewright::source::Source::connect(cfg).await.unwrap();
+    let shape = cachewright::generate::Shape { channels: 10, categories: 100, tags: 400, videos };
+    cachewright::generate::generate(source.database(), &cfg.collections, shape, seed, |_| {}).await.unwrap();
+}
+
+async fn get(url: &str, key: &str) -> Option<String> {
+    let mut conn = common::redis_conn(url).await;
+    redis::cmd("GET").arg(key).query_async(&mut conn).await.unwrap()
+}
+
+/// Waits up to `seconds` for `check`, polling; panics with `what` after.
+async fn wait_until<F: std::future::Future<Output = bool>>(seconds: u64, what: &str, mut check: impl FnMut() -> F) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out after {seconds}s waiting until {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuilder_stalled_past_its_lease_lands_nothing_after_a_takeover() {
+    let s = common::shared();
+    let proxy = Proxy::start(s.redis.port).await;
+    let name = common::unique("fence");
+    let direct = {
+        let mut cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+        cfg.lease_seconds = 2;
+        cfg
+    };
+    let stalled = Config { redis_url: proxy.redis_url(), write_batch_ops: 100, ..direct.clone() };
+    generate(&direct, 20_000, 11).await;
+
+    // The first rebuilder stalls on its first video detail, mid-run, with
+    // batches already sent and held by the network.
+    proxy.stall_on(b"video:detail:");
+    let first = {
+        let cfg = stalled.clone();
+        tokio::spawn(async move { rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await })
+    };
+    tokio::time::timeout(Duration::from_secs(120), proxy.wait_stalled()).await.expect("first rebuilder stalled");
+    let lock = format!("{}lock:rebuild:full", direct.status_prefix);
+    let epoch_key = format!("{}lock:epoch", direct.status_prefix);
+    let first_epoch: u64 = get(&s.redis.url(), &epoch_key).await.unwrap().parse().unwrap();
+
+    // MongoDB changes while it is stalled: a channel goes, videos change.
+    let source = cachewright::source::Source::connect(&direct).await.unwrap();
+    let db = source.database();
+    let channel: Document = db.collection::<Document>("Channel").find_one(doc! {}).await.unwrap().unwrap();
+    db.collection::<Document>("Channel").delete_one(doc! {"_id": channel.get("_id").unwrap()}).await.unwrap();
+    db.collection::<Document>("VideoMedia").update_many(doc! {}, doc! {"$set": {"title": "changed"}}).await.unwrap();
+
+    // Its lease expires; a second instance takes over and finishes.
+    wait_until(30, "the stalled lease expired", || async { get(&s.redis.url(), &lock).await.is_none() }).await;
+    let second = loop {
+        match rebuild(&direct, &RebuildOptions::full(), &Progress::hidden()).await {
+            Err(RunError::Lease(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
+            other => break other,
+        }
+    };
+    second.expect("the second rebuilder finishes");
+    let second_epoch: u64 = get(&s.redis.url(), &epoch_key).await.unwrap().parse().unwrap();
+    assert!(second_epoch > first_epoch, "a take-over raises the epoch");
+    let after_second = common::dump(&s.redis.url(), &direct.prefix).await;
+
+    // The stall ends: the held batches arrive after the take-over and are
+    // refused; the first run stops without sweeping and fails.
+    proxy.resume();
+    let err = tokio::time::timeout(Duration::from_secs(120), first).await.expect("first ends").unwrap().unwrap_err();
+    assert!(
+        matches!(err, RunError::Sink(SinkError::Fenced { .. } | SinkError::LeaseLost)),
+        "the stalled rebuilder must stop on its lost lease: {err}"
+    );
+    assert_eq!(get(&s.redis.url(), &lock).await, None, "the loser never takes the lease back");
+    let after_first = common::dump(&s.redis.url(), &direct.prefix).await;
+    assert_eq!(
+        common::render_dump(&after_first, &direct.prefix),
+        common::render_dump(&after_second, &direct.prefix),
+        "the stalled rebuilder wrote or swept after the take-over"
+    );
+    assert_eq!(common::render_dump(&after_first, &direct.prefix), expected_render(&direct).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_never_takes_back_an_expired_lease() {
+    let s = common::shared();
+    let proxy = Proxy::start(s.redis.port).await;
+    let name = common::unique("renew");
+    let cfg = common::config(&s.mongo.uri(), &proxy.redis_url(), &name);
+    let keys = cachewright::keys::status::StatusKeys::new(cfg.status_prefix.clone());
+    let sink = cachewright::sink::Sink::connect(&cfg).await.unwrap();
+    let lease = Lease::acquire(sink.connection(), &keys, Duration::from_secs(1)).await.unwrap();
+    let fence = lease.fence();
+    assert!(fence.is_valid());
+    proxy.stall();
+    let lock = keys.rebuild_lock();
+    wait_until(10, "the lease expired in Redis", || async { get(&s.redis.url(), &lock).await.is_none() }).await;
+    // By its own clock the holder knows it is out, even before it hears.
+    wait_until(10, "the holder counts its lease lost", || async { !fence.is_valid() }).await;
+    proxy.resume();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(get(&s.redis.url(), &lock).await, None, "renewal took an expired lease back");
+    drop(lease);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_rebuild_leaves_no_lease_behind() {
+    let s = common::shared();
+    let name = common::unique("leak");
+    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    generate(&cfg, 20_000, 5).await;
+    let lock = format!("{}lock:rebuild:full", cfg.status_prefix);
+    let run = {
+        let cfg = cfg.clone();
+        tokio::spawn(async move { rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await })
+    };
+    wait_until(60, "the run took the lease", || async { get(&s.redis.url(), &lock).await.is_some() }).await;
+    // Cancelled as a job is when its task is dropped (shutdown timeout,
+    // a paused watcher): the lease goes with it.
+    run.abort();
+    let _ = run.await;
+    wait_until(10, "the dropped run released its lease", || async { get(&s.redis.url(), &lock).await.is_none() }).await;
+    rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.expect("the next run takes the lease");
+    let dump = common::dump(&s.redis.url(), &cfg.prefix).await;
+    assert_eq!(common::render_dump(&dump, &cfg.prefix), expected_render(&cfg).await);
+}
+
+fn cli(s: &common::Shared, cfg: &Config, db: &str, extra: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cachewright"))
+        .arg("rebuild")
+        .args(extra)
+        .env("MONGODB_URI", s.mongo.uri())
+        .env("MONGODB_DB", db)
+        .env("REDIS_URL", s.redis.url())
+        .env("CACHEWRIGHT_PREFIX", &cfg.prefix)
+        .env("CACHEWRIGHT_STATUS_PREFIX", &cfg.status_prefix)
+        .output()
+        .expect("run cachewright");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_guard_keeps_the_cache_when_the_source_reads_empty() {
+    let s = common::shared();
+    let name = common::unique("guard");
+    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.unwrap();
+    let before = common::dump(&s.redis.url(), &cfg.prefix).await;
+    let unchanged = |label: &'static str| {
+        let (url, prefix, before) = (s.redis.url(), cfg.prefix.clone(), common::render_dump(&before, &cfg.prefix));
+        async move {
+            let now = common::dump(&url, &prefix).await;
+            assert_eq!(common::render_dump(&now, &prefix), before, "{label}: the cache changed");
+        }
+    };
+
+    // A typo in the database name reads nothing at all.
+    let (code, stderr) = cli(s, &cfg, &format!("{name}typo"), &[]);
+    assert_eq!(code, Some(4), "{stderr}");
+    assert!(stderr.contains("refusing to write") && stderr.contains("--allow-mass-delete"), "{stderr}");
+    unchanged("wrong database").await;
+
+    // An emptied collection: its families keep their keys.
+    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    source.database().collection::<Document>("Channel").delete_many(doc! {}).await.unwrap();
+    let (code, stderr) = cli(s, &cfg, &name, &[]);
+    assert_eq!(code, Some(4), "{stderr}");
+    assert!(stderr.contains("Channel"), "{stderr}");
+    unchanged("emptied Channel").await;
+
+    // Most videos gone: a run of the video families would delete most of
+    // their keys.
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    let videos = source.database().collection::<Document>("VideoMedia");
+    videos.delete_many(doc! {"_id": {"$nin": ["v1"]}}).await.unwrap();
+    let video_families = cachewright::cli::parse_only(&["video".into()]).unwrap();
+    let err = rebuild(&cfg, &RebuildOptions::only(video_families), &Progress::hidden()).await.unwrap_err();
+    assert!(matches!(err, RunError::Guard(_)), "{err}");
+    assert!(err.to_string().contains("CACHEWRIGHT_SWEEP_MAX_SHARE"), "{err}");
+
+    // The override does sweep.
+    source.database().collection::<Document>("Channel").delete_many(doc! {}).await.unwrap();
+    let (code, stderr) = cli(s, &cfg, &name, &["--allow-mass-delete"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let after = common::dump(&s.redis.url(), &cfg.prefix).await;
+    assert!(!after.keys().any(|k| k.contains("channel:by-id:")), "channel keys stayed");
+    assert_eq!(common::render_dump(&after, &cfg.prefix), expected_render(&cfg).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_are_not_utf8_break_nothing() {
+    let s = common::shared();
+    let name = common::unique("utf8");
+    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.unwrap();
+    let mut conn = common::redis_conn(&s.redis.url()).await;
+    let mut bad = format!("{}video:detail:", cfg.prefix).into_bytes();
+    bad.extend_from_slice(&[0xff, 0xfe, b'x']);
+    let _: () = redis::cmd("SET").arg(&bad).arg("?").query_async(&mut conn).await.unwrap();
+
+    let summary = rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.expect("rebuild");
+    assert_eq!(summary.not_utf8, 1);
+    let report = cachewright::admin::verify::verify(&cfg, FamilySet::all(), 3, &Progress::hidden()).await.unwrap();
+    assert!(report.ok(), "{}", report.render());
+    let keys = cachewright::keys::Keys::new(cfg.prefix.clone());
+    let sink = cachewright::sink::Sink::connect(&cfg).await.unwrap();
+    let existing = sink.scan_existing(&keys, FamilySet::all()).await.unwrap();
+    assert_eq!(existing.not_utf8, 1);
+    let exists: bool = redis::cmd("EXISTS").arg(&bad).query_async(&mut conn).await.unwrap();
+    assert!(exists, "a key no family can own is left alone");
+    let dump = common::dump(&s.redis.url(), &cfg.prefix).await;
+    assert_eq!(common::render_dump(&dump, &cfg.prefix), expected_render(&cfg).await);
+}

@@ -264,7 +264,9 @@ pub async fn run(
                 let epoch = lock(&shared.role).epoch;
                 let due = written.is_none_or(|(e, at)| e != epoch || at.elapsed() >= Duration::from_secs(10));
                 if let Some(sink) = sink.filter(|_| due) {
-                    let _ = sink.heartbeat(&keys, &shared.heartbeat()).await;
+                    if let Err(err) = sink.heartbeat(&keys, &shared.heartbeat()).await {
+                        tracing::warn!(error = %err, "could not write the heartbeat");
+                    }
                     written = Some((epoch, std::time::Instant::now()));
                 }
                 let mut rx = rx.clone();
@@ -331,7 +333,13 @@ async fn lead(
     fence: &Fence,
     shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
 ) -> LeaderExit {
-    *lock(&shared.leader_sink) = Some(shared.sink.clone().fenced(fence.clone()));
+    let leader_sink = shared.sink.clone().fenced(fence.clone());
+    *lock(&shared.leader_sink) = Some(leader_sink.clone());
+    // Report at once; the heartbeat task keeps it fresh.
+    let keys = StatusKeys::new(cfg.status_prefix.clone());
+    if let Err(err) = leader_sink.heartbeat(&keys, &shared.heartbeat()).await {
+        tracing::warn!(error = %err, "could not write the heartbeat");
+    }
     let start_watcher = || {
         opts.watch.then(|| {
             supervise::start(cfg, opts.window, shared.watch_metrics.clone(), fence.clone(), shared.watcher.clone())

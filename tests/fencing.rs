@@ -8,19 +8,12 @@ mod common;
 use cachewright::config::Config;
 use cachewright::plan::FamilySet;
 use cachewright::progress::Progress;
-use cachewright::rebuild::{RebuildOptions, RunError, plan_ctx, plan_in_memory, rebuild};
+use cachewright::rebuild::{RebuildOptions, RunError, rebuild};
 use cachewright::sink::{Lease, SinkError};
 use common::proxy::Proxy;
 use mongodb::bson::{Document, doc};
 use std::process::Command;
 use std::time::Duration;
-
-async fn expected_render(cfg: &Config) -> String {
-    let source = cachewright::source::Source::connect(cfg).await.unwrap();
-    let raw = source.read_four(cfg).await.unwrap();
-    let run = plan_in_memory(&plan_ctx(cfg, FamilySet::all()), &cfg.collections, &raw[0], &raw[1], &raw[2], &raw[3]);
-    common::render::render_ops(&run.ops).replace(&cfg.prefix, "app:")
-}
 
 async fn generate(cfg: &Config, videos: usize, seed: u64) {
     let source = cachewright::source::Source::connect(cfg).await.unwrap();
@@ -105,7 +98,7 @@ async fn a_rebuilder_stalled_past_its_lease_lands_nothing_after_a_takeover() {
         common::render_dump(&after_second, &direct.prefix),
         "the stalled rebuilder wrote or swept after the take-over"
     );
-    assert_eq!(common::render_dump(&after_first, &direct.prefix), expected_render(&direct).await);
+    assert_eq!(common::render_dump(&after_first, &direct.prefix), common::expected_render(&direct).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,7 +142,7 @@ async fn a_dropped_rebuild_leaves_no_lease_behind() {
     wait_until(10, "the dropped run released its lease", || async { get(&s.redis.url(), &lock).await.is_none() }).await;
     rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.expect("the next run takes the lease");
     let dump = common::dump(&s.redis.url(), &cfg.prefix).await;
-    assert_eq!(common::render_dump(&dump, &cfg.prefix), expected_render(&cfg).await);
+    assert_eq!(common::render_dump(&dump, &cfg.prefix), common::expected_render(&cfg).await);
 }
 
 fn cli(s: &common::Shared, cfg: &Config, db: &str, extra: &[&str]) -> (Option<i32>, String) {
@@ -212,7 +205,7 @@ async fn the_sweep_guard_keeps_the_cache_when_the_source_reads_empty() {
     assert_eq!(code, Some(0), "{stderr}");
     let after = common::dump(&s.redis.url(), &cfg.prefix).await;
     assert!(!after.keys().any(|k| k.contains("channel:by-id:")), "channel keys stayed");
-    assert_eq!(common::render_dump(&after, &cfg.prefix), expected_render(&cfg).await);
+    assert_eq!(common::render_dump(&after, &cfg.prefix), common::expected_render(&cfg).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,5 +231,5 @@ async fn keys_that_are_not_utf8_break_nothing() {
     let exists: bool = redis::cmd("EXISTS").arg(&bad).query_async(&mut conn).await.unwrap();
     assert!(exists, "a key no family can own is left alone");
     let dump = common::dump(&s.redis.url(), &cfg.prefix).await;
-    assert_eq!(common::render_dump(&dump, &cfg.prefix), expected_render(&cfg).await);
+    assert_eq!(common::render_dump(&dump, &cfg.prefix), common::expected_render(&cfg).await);
 }

@@ -3,20 +3,10 @@
 
 mod common;
 
-use cachewright::plan::FamilySet;
 use cachewright::progress::Progress;
-use cachewright::rebuild::{RebuildOptions, plan_ctx, plan_in_memory, rebuild_with_retries};
+use cachewright::rebuild::{RebuildOptions, rebuild_with_retries};
 use common::proxy::Proxy;
 use std::time::Duration;
-
-async fn expected_render(cfg: &cachewright::config::Config) -> String {
-    let source = cachewright::source::Source::connect(cfg).await.unwrap();
-    let c = &cfg.collections;
-    let raw = source.read_four(cfg).await.unwrap();
-    let run = plan_in_memory(&plan_ctx(cfg, FamilySet::all()), c, &raw[0], &raw[1], &raw[2], &raw[3]);
-    let with_prefix = common::render::render_ops(&run.ops);
-    with_prefix.replace(&cfg.prefix, "app:")
-}
 
 async fn generate(cfg: &cachewright::config::Config, videos: usize) {
     let source = cachewright::source::Source::connect(cfg).await.unwrap();
@@ -69,7 +59,7 @@ async fn redis_restart_mid_run_is_detected_and_the_run_redone() {
     assert!(summary.written_total() > 0);
 
     let dump = common::dump(&redis.url(), &cfg.prefix).await;
-    assert_eq!(common::render_dump(&dump, &cfg.prefix), expected_render(&cfg).await);
+    assert_eq!(common::render_dump(&dump, &cfg.prefix), common::expected_render(&cfg).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,5 +78,5 @@ async fn mongodb_restart_while_a_cursor_is_open_is_survived() {
     proxy.resume();
     run.await.unwrap().expect("rebuild recovers from a MongoDB restart");
     let dump = common::dump(&redis.url(), &cfg.prefix).await;
-    assert_eq!(common::render_dump(&dump, &cfg.prefix), expected_render(&cfg).await);
+    assert_eq!(common::render_dump(&dump, &cfg.prefix), common::expected_render(&cfg).await);
 }

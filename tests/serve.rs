@@ -315,27 +315,18 @@ async fn lock_holder(url: &str, status: &str) -> Option<u32> {
     v.as_deref().and_then(holder_pid)
 }
 
-async fn expected_render(cfg: &Config) -> String {
-    use cachewright::rebuild::{plan_ctx, plan_in_memory};
-    let source = cachewright::source::Source::connect(cfg).await.unwrap();
-    let raw = source.read_four(cfg).await.unwrap();
-    let ctx = plan_ctx(cfg, cachewright::plan::FamilySet::all());
-    let run = plan_in_memory(&ctx, &cfg.collections, &raw[0], &raw[1], &raw[2], &raw[3]);
-    common::render::render_ops(&run.ops).replace(&cfg.prefix, "app:")
-}
-
 /// Waits until the cache equals a fresh full rebuild of MongoDB.
 async fn wait_converged(url: &str, cfg: &Config) {
     let mut last = String::new();
     for _ in 0..300 {
-        let expected = expected_render(cfg).await;
+        let expected = common::expected_render(cfg).await;
         last = common::render_dump(&common::dump(url, &cfg.prefix).await, &cfg.prefix);
         if last == expected {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let expected = expected_render(cfg).await;
+    let expected = common::expected_render(cfg).await;
     let diff = similar::TextDiff::from_lines(&expected, &last).unified_diff().context_radius(1).to_string();
     panic!("the cache never matched a fresh rebuild:\n{diff}");
 }

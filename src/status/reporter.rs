@@ -113,20 +113,7 @@ impl JobReporter {
         let reason = "abandoned: the instance running it lost the writer lease or stopped";
         let mut pipe = redis::pipe();
         for id in &ids {
-            let job = self.keys.job(id);
-            pipe.cmd("HINCRBY").arg(&job).arg("error_count").arg(1).ignore();
-            pipe.cmd("HSET")
-                .arg(&job)
-                .arg(
-                    &[
-                        ("status", "failed".to_string()),
-                        ("finished_at", now.clone()),
-                        ("updated_at", now.clone()),
-                        ("last_error", reason.to_string()),
-                    ][..],
-                )
-                .ignore();
-            pipe.cmd("SMOVE").arg(self.keys.jobs("active")).arg(self.keys.jobs("failed")).arg(id).ignore();
+            self.mark_failed(&mut pipe, id, reason, &now);
         }
         tracing::warn!(runs = ids.len(), "runs left active by an instance that lost the writer lease marked failed");
         self.apply(pipe).await;
@@ -227,23 +214,21 @@ impl JobReporter {
     /// Marks the run failed with its reason.
     pub async fn fail(&self, reason: &str) {
         let now = unix_now().to_string();
-        let job = self.keys.job(&self.run_id);
         let mut pipe = redis::pipe();
+        self.mark_failed(&mut pipe, &self.run_id, reason, &now);
+        pipe.cmd("PUBLISH").arg(self.keys.progress(&self.run_id)).arg(message("error", None, reason, 0, 0)).ignore();
+        self.apply(pipe).await;
+    }
+
+    /// Adds to `pipe` what marks run `id` failed: its hash and its set.
+    fn mark_failed(&self, pipe: &mut redis::Pipeline, id: &str, reason: &str, now: &str) {
+        let job = self.keys.job(id);
         pipe.cmd("HINCRBY").arg(&job).arg("error_count").arg(1).ignore();
         pipe.cmd("HSET")
             .arg(&job)
-            .arg(
-                &[
-                    ("status", "failed".to_string()),
-                    ("finished_at", now.clone()),
-                    ("updated_at", now),
-                    ("last_error", reason.to_string()),
-                ][..],
-            )
+            .arg(&[("status", "failed"), ("finished_at", now), ("updated_at", now), ("last_error", reason)][..])
             .ignore();
-        pipe.cmd("SMOVE").arg(self.keys.jobs("active")).arg(self.keys.jobs("failed")).arg(&self.run_id).ignore();
-        pipe.cmd("PUBLISH").arg(self.keys.progress(&self.run_id)).arg(message("error", None, reason, 0, 0)).ignore();
-        self.apply(pipe).await;
+        pipe.cmd("SMOVE").arg(self.keys.jobs("active")).arg(self.keys.jobs("failed")).arg(id).ignore();
     }
 }
 

@@ -136,3 +136,14 @@ pub fn render_dump(dump: &BTreeMap<String, (Content, i64)>, prefix: &str) -> Str
         dump.iter().map(|(k, (c, _))| (format!("app:{}", k.strip_prefix(prefix).unwrap_or(k)), c.clone())).collect(),
     )
 }
+
+/// What a fresh full rebuild of MongoDB's current state writes, rendered
+/// like [`render_dump`].
+pub async fn expected_render(cfg: &Config) -> String {
+    use cachewright::rebuild::{plan_ctx, plan_in_memory};
+    let source = cachewright::source::Source::connect(cfg).await.expect("mongo reachable");
+    let raw = source.read_four(cfg).await.expect("read the collections");
+    let ctx = plan_ctx(cfg, cachewright::plan::FamilySet::all());
+    let run = plan_in_memory(&ctx, &cfg.collections, &raw[0], &raw[1], &raw[2], &raw[3]);
+    render::render_ops(&run.ops).replace(&cfg.prefix, "app:")
+}

@@ -173,9 +173,7 @@ impl Shared {
             Ok(Err(err)) => err.to_string(),
             Err(_) => "no answer within 2s".to_string(),
         };
-        let mut conn = self.sink.connection();
-        let redis =
-            tokio::time::timeout(Duration::from_secs(2), redis::cmd("PING").query_async::<String>(&mut conn)).await;
+        let redis = tokio::time::timeout(Duration::from_secs(2), self.sink.ping()).await;
         let redis = match redis {
             Ok(Ok(_)) => "ok".to_string(),
             Ok(Err(err)) => err.to_string(),
@@ -196,8 +194,7 @@ impl Shared {
 
     async fn status(&self) -> Response {
         let keys = StatusKeys::new(self.cfg.status_prefix.clone());
-        let mut conn = self.sink.connection();
-        let runs = crate::status::show::recent_runs(&mut conn, &keys, 20).await.unwrap_or_default();
+        let runs = self.sink.recent_runs(&keys, 20).await.unwrap_or_default();
         Response::json(200, &serde_json::json!({ "current": self.heartbeat(), "runs": runs }))
     }
 }

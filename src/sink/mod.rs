@@ -2,8 +2,10 @@
 //! retries with backoff, and the sweep of keys a rebuild did not produce.
 
 mod inspect;
+pub mod jobs;
 pub mod lease;
 mod pipeline;
+pub mod reporter;
 mod retry;
 mod state;
 mod sweep;

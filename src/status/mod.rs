@@ -2,10 +2,9 @@
 //! active / completed / failed sets, progress messages on pub/sub and the
 //! total-jobs counter. The writer lease lives in [`crate::sink::lease`].
 
-mod reporter;
 pub mod show;
 
-pub use reporter::{JobReporter, Trigger, new_run_id};
+pub use crate::sink::reporter::{JobReporter, Trigger, new_run_id};
 
 /// Seconds since the epoch.
 pub fn unix_now() -> u64 {

@@ -1,10 +1,10 @@
 //! Writes a run's status keys as it goes. Status writes never fail a run:
 //! they are logged and the rebuild carries on.
 
-use super::{JOB_TTL_SECONDS, unix_now};
 use crate::keys::status::StatusKeys;
 use crate::progress::ProgressEvent;
 use crate::sink::Sink;
+use crate::status::{JOB_TTL_SECONDS, unix_now};
 use std::collections::HashSet;
 use std::fmt;
 
@@ -103,9 +103,7 @@ impl JobReporter {
     /// one starts belongs to an instance that lost the lease or died: its
     /// own status writes are fenced off, so the new holder closes it.
     async fn abandon_orphans(&self) {
-        let mut conn = self.sink.connection();
-        let ids: Vec<String> =
-            redis::cmd("SMEMBERS").arg(self.keys.jobs("active")).query_async(&mut conn).await.unwrap_or_default();
+        let ids = self.sink.members(&self.keys.jobs("active")).await.unwrap_or_default();
         if ids.is_empty() {
             return;
         }
@@ -121,18 +119,14 @@ impl JobReporter {
 
     /// Drops ids from the state sets whose job hash has expired.
     async fn prune(&self) {
-        let mut conn = self.sink.connection();
         for state in ["active", "completed", "failed"] {
             let set = self.keys.jobs(state);
-            let ids: Vec<String> = redis::cmd("SMEMBERS").arg(&set).query_async(&mut conn).await.unwrap_or_default();
+            let ids = self.sink.members(&set).await.unwrap_or_default();
             if ids.is_empty() {
                 continue;
             }
-            let mut pipe = redis::pipe();
-            for id in &ids {
-                pipe.cmd("EXISTS").arg(self.keys.job(id));
-            }
-            let exists: Vec<bool> = pipe.query_async(&mut conn).await.unwrap_or_default();
+            let jobs: Vec<String> = ids.iter().map(|id| self.keys.job(id)).collect();
+            let exists = self.sink.exist(&jobs).await.unwrap_or_default();
             let gone: Vec<&String> = ids.iter().zip(exists).filter(|(_, e)| !e).map(|(id, _)| id).collect();
             if !gone.is_empty() {
                 let mut pipe = redis::pipe();

@@ -88,6 +88,13 @@ impl Keys {
         Registry::get().classify(key.strip_prefix(&self.prefix)?)
     }
 
+    /// A full key's family and placeholder values, if it has a family.
+    pub fn parse<'k>(&self, key: &'k str) -> Option<(FamilyId, Vec<&'k str>)> {
+        let rest = key.strip_prefix(&self.prefix)?;
+        let family = Registry::get().classify(rest)?;
+        Some((family, Registry::get().family(family).pattern.captures(rest)?))
+    }
+
     /// The prefix with glob metacharacters escaped, for SCAN MATCH.
     pub fn scan_glob_prefix(&self) -> String {
         escape_glob(&self.prefix)
@@ -109,6 +116,22 @@ fn escape_glob(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_what_it_renders() {
+        let keys = Keys::new("app:");
+        for (family, args) in [
+            (FamilyId::VideoTagList, vec!["c1", "t2"]),
+            (FamilyId::VideoCategoryIndex, vec!["c1"]),
+            (FamilyId::VideoListHome, vec!["ch", "latest"]),
+            (FamilyId::ChannelAll, vec![]),
+        ] {
+            let key = keys.key(family, &args);
+            assert_eq!(keys.parse(&key.text), Some((family, args.clone())), "{key}");
+        }
+        assert_eq!(keys.parse("app:video:tag:list:c1"), None);
+        assert_eq!(keys.parse("other:channel:all"), None);
+    }
 
     #[test]
     fn renders_from_the_registry() {

@@ -91,6 +91,20 @@ impl Pattern {
         parts.next().is_none()
     }
 
+    /// The placeholder values of a key of this pattern (data prefix
+    /// stripped), in order; `None` when it is not of this pattern.
+    pub fn captures<'k>(&self, rest: &'k str) -> Option<Vec<&'k str>> {
+        let mut parts = rest.split(':');
+        let mut values = Vec::new();
+        for seg in &self.segments {
+            let part = parts.next().filter(|p| seg.accepts(p))?;
+            if matches!(seg, Segment::Placeholder { .. }) {
+                values.push(part);
+            }
+        }
+        parts.next().is_none().then_some(values)
+    }
+
     /// Whether some key could match both patterns.
     pub fn overlaps(&self, other: &Pattern) -> bool {
         self.segments.len() == other.segments.len()

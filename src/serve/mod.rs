@@ -97,6 +97,8 @@ pub(crate) struct Shared {
     watch_metrics: Arc<WatchMetrics>,
     watch_enabled: bool,
     watcher: Arc<Mutex<WatcherHealth>>,
+    /// The paused watcher's state, kept across scheduled jobs.
+    carry: Arc<Mutex<Option<crate::watch::Carry>>>,
     current: Mutex<Option<String>>,
     role: Mutex<Role>,
     last_job: Mutex<Option<JobRecord>>,
@@ -238,6 +240,7 @@ pub async fn run(
         watch_metrics: Arc::new(WatchMetrics::default()),
         watch_enabled: opts.watch,
         watcher: Default::default(),
+        carry: Default::default(),
         current: Mutex::new(None),
         role: Mutex::new(Role::default()),
         last_job: Mutex::new(None),
@@ -337,9 +340,19 @@ async fn lead(
     if let Err(err) = leader_sink.heartbeat(&keys, &shared.heartbeat()).await {
         tracing::warn!(error = %err, "could not write the heartbeat");
     }
+    // A state kept under an earlier lease may predate another leader's
+    // writes: start afresh.
+    *lock(&shared.carry) = None;
     let start_watcher = || {
         opts.watch.then(|| {
-            supervise::start(cfg, opts.window, shared.watch_metrics.clone(), fence.clone(), shared.watcher.clone())
+            supervise::start(
+                cfg,
+                opts.window,
+                shared.watch_metrics.clone(),
+                fence.clone(),
+                shared.watcher.clone(),
+                shared.carry.clone(),
+            )
         })
     };
     let mut watcher: Option<Supervised> = start_watcher();

@@ -1,9 +1,12 @@
 //! The watcher under `serve`: restarted with backoff when it fails, its
-//! state and last error kept for `/health`, `/status` and metrics.
+//! state and last error kept for `/health`, `/status` and metrics. Stopped
+//! cleanly around a scheduled job, it leaves its in-memory state in a
+//! [`Carry`] and the next start continues from its tokens without reading
+//! the collections again.
 
 use crate::config::Config;
 use crate::sink::Fence;
-use crate::watch::{WatchMetrics, WatchOptions};
+use crate::watch::{Carry, WatchMetrics, WatchOptions};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -59,10 +62,11 @@ pub fn start(
     metrics: Arc<WatchMetrics>,
     fence: Fence,
     health: Arc<Mutex<WatcherHealth>>,
+    carry: Arc<Mutex<Option<Carry>>>,
 ) -> Supervised {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let cfg = cfg.clone();
-    let opts = WatchOptions { window, heartbeat: false, ..WatchOptions::default() };
+    let opts = WatchOptions { window, heartbeat: false, carry: Some(carry), ..WatchOptions::default() };
     let task = {
         let health = health.clone();
         tokio::spawn(async move {

@@ -74,3 +74,45 @@ mod tests {
         assert_eq!(super::info_value(info, "maxmemory"), None);
     }
 }
+
+/// What Redis holds of some videos: their `video:categories` members and
+/// their `video:detail` payloads, by written id.
+pub type VideoMemberships =
+    (std::collections::HashMap<String, std::collections::BTreeSet<String>>, std::collections::HashMap<String, String>);
+
+impl Sink {
+    /// Reads the `video:categories` and `video:detail` keys of `ids` in
+    /// one round trip.
+    pub async fn video_memberships<'a>(
+        &self,
+        keys: &crate::keys::Keys,
+        ids: impl Iterator<Item = &'a String>,
+    ) -> Result<VideoMemberships, SinkError> {
+        use crate::registry::FamilyId;
+        let ids: Vec<&String> = ids.collect();
+        let (mut categories, mut details) = (std::collections::HashMap::new(), std::collections::HashMap::new());
+        if ids.is_empty() {
+            return Ok((categories, details));
+        }
+        let mut pipe = redis::pipe();
+        for w in &ids {
+            pipe.cmd("SMEMBERS").arg(keys.key(FamilyId::VideoCategories, &[w]).text);
+            pipe.cmd("GET").arg(keys.key(FamilyId::VideoDetail, &[w]).text);
+        }
+        let mut conn = self.connection();
+        let replies: Vec<redis::Value> =
+            pipe.query_async(&mut conn).await.map_err(|source| SinkError::Scan { attempts: 1, source })?;
+        for (w, pair) in ids.iter().zip(replies.chunks(2)) {
+            let members: Vec<String> = redis::from_redis_value(pair[0].clone()).unwrap_or_default();
+            let members: std::collections::BTreeSet<String> =
+                members.into_iter().filter(|c| crate::model::id::is_usable_id(c)).collect();
+            if !members.is_empty() {
+                categories.insert((*w).clone(), members);
+            }
+            if let Ok(Some(detail)) = redis::from_redis_value::<Option<String>>(pair[1].clone()) {
+                details.insert((*w).clone(), detail);
+            }
+        }
+        Ok((categories, details))
+    }
+}

@@ -22,6 +22,9 @@ pub struct WatchMetrics {
     pub last_heartbeat: AtomicU64,
     /// True once the streams are open and events are being applied.
     pub streaming: std::sync::atomic::AtomicBool,
+    /// Documents rejected and events unusable while streaming, by
+    /// collection and reason, with a few sample ids.
+    pub problems: std::sync::Mutex<std::collections::BTreeMap<(String, String), (u64, Vec<String>)>>,
 }
 
 fn now_ms() -> u64 {
@@ -29,6 +32,53 @@ fn now_ms() -> u64 {
 }
 
 impl WatchMetrics {
+    pub fn is_streaming(&self) -> bool {
+        self.streaming.load(Ordering::Relaxed)
+    }
+
+    fn problem(&self, collection: &str, reason: String, id: String) {
+        let mut problems = self.problems.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = problems.entry((collection.to_string(), reason)).or_default();
+        entry.0 += 1;
+        if entry.1.len() < 5 {
+            entry.1.push(id);
+        }
+    }
+
+    /// Counts video documents a batch rejected, as a rebuild would.
+    pub fn rejected(&self, rejections: &[crate::model::report::Rejection]) {
+        for r in rejections {
+            tracing::warn!(id = %r.id, reason = %r.reason, "video document rejected");
+            self.rejected.fetch_add(1, Ordering::Relaxed);
+            self.problem("VideoMedia", r.reason.to_string(), r.id.clone());
+        }
+    }
+
+    /// Counts a change event that could not be used (its document is read
+    /// again by id).
+    pub fn poison(&self, coll: super::model::Coll, id: &str, reason: &str) {
+        let name = match coll {
+            super::model::Coll::Channel => "Channel",
+            super::model::Coll::Category => "Category",
+            super::model::Coll::Tag => "Tag",
+            super::model::Coll::Video => "VideoMedia",
+        };
+        self.problem(name, format!("unusable change event: {reason}"), id.to_string());
+    }
+
+    /// Rejections and unusable events as JSON rows.
+    pub fn problems_json(&self) -> serde_json::Value {
+        let problems = self.problems.lock().unwrap_or_else(|e| e.into_inner());
+        serde_json::Value::Array(
+            problems
+                .iter()
+                .map(|((collection, reason), (count, samples))| {
+                    serde_json::json!({"collection": collection, "reason": reason, "count": count, "samples": samples})
+                })
+                .collect(),
+        )
+    }
+
     pub fn rebuild(&self) {
         self.rebuilds.fetch_add(1, Ordering::Relaxed);
     }
@@ -82,6 +132,7 @@ impl WatchMetrics {
             "rebuilds_triggered": load(&self.rebuilds),
             "stream_errors": load(&self.stream_errors),
             "rejected": load(&self.rejected),
+            "problems": self.problems_json(),
             "lag_ms": load(&self.lag_ms),
             "last_event_age_s": self.last_event_age(),
         })

@@ -15,21 +15,25 @@
 
 pub mod metrics;
 pub mod model;
+pub mod plan;
+pub mod state;
 pub mod stream;
 
 pub use metrics::WatchMetrics;
 
 use crate::config::Config;
 use crate::keys::status::StatusKeys;
-use crate::plan::{Change, FamilySet};
+use crate::plan::FamilySet;
+use crate::plan::PlanCtx;
 use crate::progress::Progress;
 use crate::rebuild::{RebuildOptions, RunError, plan_ctx, rebuild_with_retries};
 use crate::sink::{Fence, Lease, LeaseError, Sink, SinkError};
 use crate::source::{Source, SourceError};
 use crate::status::Trigger;
-use model::{Coll, Event, Model, Touched, id_key};
+use model::{Coll, Event, id_key};
 use mongodb::change_stream::event::{OperationType, ResumeToken};
-use std::collections::{BTreeSet, HashMap};
+use state::State;
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,11 +54,27 @@ pub struct WatchOptions {
     /// Whether to write `health:current` (off under `serve`, which writes
     /// its own heartbeat with the watcher's figures in it).
     pub heartbeat: bool,
+    /// Where a stopped watcher leaves its state for the next start (serve
+    /// pauses the watcher around its jobs and resumes it from its tokens).
+    pub carry: Option<Arc<std::sync::Mutex<Option<Carry>>>>,
+}
+
+/// A stopped watcher's state and where its streams stood.
+pub struct Carry {
+    state: State,
+    starts: Vec<StartAt>,
+    redis_run_id: String,
 }
 
 impl Default for WatchOptions {
     fn default() -> Self {
-        WatchOptions { window: Duration::from_millis(200), max_batch: 20_000, on_applied: None, heartbeat: true }
+        WatchOptions {
+            window: Duration::from_millis(200),
+            max_batch: 20_000,
+            on_applied: None,
+            heartbeat: true,
+            carry: None,
+        }
     }
 }
 
@@ -163,7 +183,13 @@ pub async fn run_fenced(
                 vec![StartAt::Now; 4]
             }
         };
-        let mut model: Option<Model> = None;
+        let mut state: Option<(State, String)> = None;
+        // A state kept across a pause (serve's scheduled jobs) resumes
+        // from its own tokens instead of reloading the collections.
+        if !fresh && let Some(carry) = opts.carry.as_ref().and_then(|c| lock(c).take()) {
+            starts = carry.starts;
+            state = Some((carry.state, carry.redis_run_id));
+        }
         let mut backoff = Duration::from_millis(200);
         loop {
             let (tx, mut rx) = mpsc::channel::<Item>(20_000);
@@ -182,7 +208,15 @@ pub async fn run_fenced(
             );
             drop(tx);
             let all_open = futures::future::join_all(opened).await.iter().all(Result::is_ok);
-            if all_open && model.is_none() {
+            if all_open && let Some((kept, _)) = state.as_mut().filter(|_| !metrics.is_streaming()) {
+                // Resumed with a kept state: what the cache holds may have
+                // changed meanwhile (a job rebuilt and swept), so learn it
+                // again; the videos' state stays.
+                kept.existing = existing_keys(&sink, &ctx).await?;
+                tracing::info!(videos = kept.video_count(), "watcher state kept; streaming from its tokens");
+                metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            if all_open && state.is_none() {
                 if fresh {
                     let reason = rebuild_reason.take().unwrap_or_else(|| "no saved resume tokens".into());
                     tracing::info!(reason = %reason, "streams open; running a full rebuild before applying changes");
@@ -195,36 +229,37 @@ pub async fn run_fenced(
                         result = rebuild_with_retries(cfg, &opts, &progress, 3) => { result?; }
                     }
                 }
-                let mut loaded = load_model(&source, cfg).await?;
-                // The catalogue keys as they are in Redis, contents unknown:
-                // the model may already be newer than what was written
-                // (changes after the rebuild read, or while this process
-                // was down); the first catalogue change rewrites them all.
-                let catalog_families =
-                    FamilySet::of(crate::registry::FamilyId::ALL.iter().copied().filter(|f| !f.needs_videos()));
-                let existing = sink.scan_existing(&ctx.keys, catalog_families).await?;
-                loaded.catalog_keys_exist(existing.keys.into_iter().map(|(_, k)| k));
-                loaded.redis_run_id = sink.run_id().await?;
-                tracing::info!(videos = loaded.video_count(), db = %cfg.mongodb_db, "watcher model loaded; streaming");
+                let loading = Instant::now();
+                let mut loaded = load_state(&source, cfg).await?;
+                // What the cache holds of the scoped and catalogue keys
+                // (catalogue contents unknown): the state may already be
+                // newer than what was written (changes after the rebuild
+                // read, or while this process was down), and a delete
+                // replayed from the tokens must find the keys to remove.
+                loaded.existing = existing_keys(&sink, &ctx).await?;
+                let run_id = sink.run_id().await?;
+                tracing::info!(
+                    videos = loaded.video_count(),
+                    tracked_keys = loaded.existing.len(),
+                    load_ms = loading.elapsed().as_millis() as u64,
+                    db = %cfg.mongodb_db,
+                    "watcher state loaded; streaming"
+                );
                 metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
-                model = Some(loaded);
+                state = Some((loaded, run_id));
             }
-            let outcome = match model.as_mut() {
-                Some(model) => {
-                    stream_batches(
+            let outcome = match state.as_mut() {
+                Some((state, run_id)) => {
+                    let engine = Engine {
                         cfg,
                         opts,
-                        &sink,
-                        &source,
-                        &status,
-                        model,
-                        &ctx,
-                        &metrics,
-                        &mut rx,
-                        &mut starts,
-                        &mut shutdown,
-                    )
-                    .await
+                        sink: &sink,
+                        source: &source,
+                        status: &status,
+                        ctx: &ctx,
+                        metrics: &metrics,
+                    };
+                    engine.stream_batches(state, run_id, &mut rx, &mut starts, &mut shutdown).await
                 }
                 // A stream failed to open before anything was loaded; its
                 // error is in the channel.
@@ -245,7 +280,12 @@ pub async fn run_fenced(
                 other => other,
             };
             match outcome? {
-                None => return Ok(()),
+                None => {
+                    if let (Some(carry), Some((state, redis_run_id))) = (opts.carry.as_ref(), state.take()) {
+                        *lock(carry) = Some(Carry { state, starts, redis_run_id });
+                    }
+                    return Ok(());
+                }
                 // A stream that never reached a token cannot be reopened
                 // without a gap: start over.
                 Some(Restart::Reopen) if starts.iter().any(|s| matches!(s, StartAt::Now)) => {
@@ -292,188 +332,242 @@ async fn first_failure(cfg: &Config, rx: &mut mpsc::Receiver<Item>) -> Result<Op
     Ok(Some(Restart::Reopen))
 }
 
-/// Applies batches until shutdown (`None`) or a stream failure.
-#[allow(clippy::too_many_arguments)]
-async fn stream_batches(
-    cfg: &Config,
-    opts: &WatchOptions,
-    sink: &Sink,
-    source: &Source,
-    status: &StatusKeys,
-    model: &mut Model,
-    ctx: &crate::plan::PlanCtx,
-    metrics: &WatchMetrics,
-    rx: &mut mpsc::Receiver<Item>,
-    starts: &mut [StartAt],
-    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
-) -> Result<Option<Restart>, WatchError> {
-    loop {
-        let first = tokio::select! {
-            _ = shutdown.as_mut() => return Ok(None),
-            item = rx.recv() => item,
-        };
-        let Some(first) = first else { return Ok(Some(Restart::Reopen)) };
-        // The window runs from the first event's arrival: one that queued
-        // while the previous batch was being written has waited already.
-        let arrived = match &first {
-            Item::Event(_, _, at) => tokio::time::Instant::from_std(*at),
-            _ => tokio::time::Instant::now(),
-        };
-        let mut items = vec![first];
-        let deadline = arrived + opts.window;
-        while items.len() < opts.max_batch {
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(item)) => items.push(item),
-                _ => break,
-            }
-        }
-        // A Redis that restarted without persistence lost every key this
-        // process wrote: only a rebuild brings them back.
-        if sink.run_id().await? != model.redis_run_id {
-            return Ok(Some(Restart::Rebuild("Redis restarted and lost its keys".into())));
-        }
-        let started = Instant::now();
-        let mut events = Vec::new();
-        let mut tokens: HashMap<Coll, ResumeToken> = HashMap::new();
-        let mut newest_cluster_time = 0u32;
-        let mut per_collection = [0u64; 4];
-        for item in items {
-            match item {
-                Item::Unresumable(_, reason) => return Ok(Some(Restart::Rebuild(reason))),
-                Item::Failed(coll, err) if stream::is_history_lost(&err) => {
-                    return Ok(Some(Restart::Rebuild(format!("{} stream: {err}", coll.name(&cfg.collections)))));
-                }
-                Item::Failed(coll, err) => {
-                    tracing::warn!(collection = coll.name(&cfg.collections), error = %err, "change stream failed");
-                    metrics.stream_error();
-                    return Ok(Some(Restart::Reopen));
-                }
-                Item::Idle(coll, token) => {
-                    tokens.insert(coll, token);
-                }
-                Item::Event(coll, event, _) => {
-                    if let Some(t) = event.cluster_time {
-                        newest_cluster_time = newest_cluster_time.max(t.time);
-                    }
-                    let key = event.document_key.as_ref().and_then(|k| k.get("_id")).cloned();
-                    match (&event.operation_type, key) {
-                        (OperationType::Insert | OperationType::Update | OperationType::Replace, Some(id)) => {
-                            events.push(match event.full_document {
-                                Some(doc) => Event::Upsert { coll, key: id_key(&id), raw_id: id, doc },
-                                // Looked up after it was deleted: gone now.
-                                None => Event::Remove { coll, key: id_key(&id), raw_id: id },
-                            });
-                        }
-                        (OperationType::Delete, Some(id)) => {
-                            events.push(Event::Remove { coll, key: id_key(&id), raw_id: id })
-                        }
-                        (op, _) => {
-                            return Ok(Some(Restart::Rebuild(format!("{:?} on {}", op, coll.name(&cfg.collections)))));
-                        }
-                    }
-                    per_collection[coll as usize] += 1;
-                    tokens.insert(coll, event.id);
+/// The engine's connections and settings, for one streaming session.
+struct Engine<'a> {
+    cfg: &'a Config,
+    opts: &'a WatchOptions,
+    sink: &'a Sink,
+    source: &'a Source,
+    status: &'a StatusKeys,
+    ctx: &'a PlanCtx,
+    metrics: &'a WatchMetrics,
+}
+
+impl Engine<'_> {
+    /// Applies batches until shutdown (`None`) or a stream failure.
+    async fn stream_batches(
+        &self,
+        state: &mut State,
+        redis_run_id: &str,
+        rx: &mut mpsc::Receiver<Item>,
+        starts: &mut [StartAt],
+        shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<Option<Restart>, WatchError> {
+        let cfg = self.cfg;
+        loop {
+            let first = tokio::select! {
+                _ = shutdown.as_mut() => return Ok(None),
+                item = rx.recv() => item,
+            };
+            let Some(first) = first else { return Ok(Some(Restart::Reopen)) };
+            // The window runs from the first event's arrival: one that
+            // queued while the previous batch was being written has waited.
+            let arrived = match &first {
+                Item::Event(_, _, at) => tokio::time::Instant::from_std(*at),
+                _ => tokio::time::Instant::now(),
+            };
+            let mut items = vec![first];
+            let deadline = arrived + self.opts.window;
+            while items.len() < self.opts.max_batch {
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(item)) => items.push(item),
+                    _ => break,
                 }
             }
-        }
-        if !events.is_empty() {
-            let videos = apply_batch(sink, source, model, ctx, events).await?;
-            if let Some(hook) = &opts.on_applied {
+            // A Redis that restarted without persistence lost every key
+            // this process wrote: only a rebuild brings them back.
+            if self.sink.run_id().await? != redis_run_id {
+                return Ok(Some(Restart::Rebuild("Redis restarted and lost its keys".into())));
+            }
+            let started = Instant::now();
+            let mut batch = Batch::default();
+            for item in items {
+                if let Some(restart) = batch.add(cfg, item, self.metrics) {
+                    return Ok(Some(restart));
+                }
+            }
+            for (coll, id) in std::mem::take(&mut batch.lookups) {
+                batch.events.push(self.look_up(coll, id).await?);
+            }
+            let tokens: Vec<(&str, String)> = batch
+                .tokens
+                .iter()
+                .map(|(coll, token)| {
+                    serde_json::to_string(token)
+                        .map(|text| (coll.name(&cfg.collections), text))
+                        .map_err(|e| WatchError::Internal(e.to_string()))
+                })
+                .collect::<Result<_, _>>()?;
+            let videos = self.apply(state, std::mem::take(&mut batch.events), &tokens).await?;
+            if let Some(hook) = &self.opts.on_applied
+                && !videos.is_empty()
+            {
                 hook(&videos);
             }
-        }
-        save_tokens(sink, status, cfg, &tokens).await?;
-        metrics.rejected.store(model.rejected, std::sync::atomic::Ordering::Relaxed);
-        for (coll, token) in tokens {
-            starts[coll as usize] = StartAt::Token(token);
-        }
-        metrics.applied(per_collection, newest_cluster_time, started.elapsed());
-        if opts.heartbeat {
-            heartbeat(sink, status, metrics).await;
-        }
-    }
-}
-
-/// Applies events to the model and writes the resulting changes.
-async fn apply_batch(
-    sink: &Sink,
-    source: &Source,
-    model: &mut Model,
-    ctx: &crate::plan::PlanCtx,
-    events: Vec<Event>,
-) -> Result<Vec<String>, WatchError> {
-    let mut touched = Touched::default();
-    for event in events {
-        model.apply(event, &mut touched);
-    }
-    // A duplicate id whose first owner went away: the next owner's detail
-    // was never loaded, so read it again.
-    for w in touched.videos.clone() {
-        if let Some(raw_id) = model.needs_detail(&w) {
-            let coll = source.database().collection::<mongodb::bson::RawDocumentBuf>(model.video_collection());
-            if let Ok(Some(doc)) = coll.find_one(mongodb::bson::doc! { "_id": raw_id.clone() }).await {
-                model.apply(Event::Upsert { coll: Coll::Video, key: id_key(&raw_id), raw_id, doc }, &mut touched);
+            for (coll, token) in batch.tokens {
+                starts[coll as usize] = StartAt::Token(token);
+            }
+            self.metrics.applied(batch.per_collection, batch.newest_cluster_time, started.elapsed());
+            if self.opts.heartbeat {
+                heartbeat(self.sink, self.status, self.metrics).await;
             }
         }
     }
-    // The categories Redis lists for the touched videos: their membership
-    // as last written, even across a restart of this process.
-    // and the details they were written with (which show the index view).
-    let mut redis_categories: std::collections::BTreeMap<String, BTreeSet<String>> = Default::default();
-    let mut redis_details: HashMap<String, String> = HashMap::new();
-    if !touched.videos.is_empty() {
-        let mut conn = sink.connection();
-        let mut pipe = redis::pipe();
-        for w in &touched.videos {
-            pipe.cmd("SMEMBERS").arg(ctx.keys.key(crate::registry::FamilyId::VideoCategories, &[w]).text);
-            pipe.cmd("GET").arg(ctx.keys.key(crate::registry::FamilyId::VideoDetail, &[w]).text);
-        }
-        let replies: Vec<redis::Value> = pipe
-            .query_async(&mut conn)
+
+    /// Reads a document whose change event could not be used whole: the
+    /// event names it, the collection says what it is now.
+    async fn look_up(&self, coll: Coll, id: mongodb::bson::Bson) -> Result<Event, WatchError> {
+        let name = coll.name(&self.cfg.collections);
+        let found = self
+            .source
+            .database()
+            .collection::<mongodb::bson::RawDocumentBuf>(name)
+            .find_one(mongodb::bson::doc! { "_id": id.clone() })
             .await
-            .map_err(|source| WatchError::Sink(SinkError::Scan { attempts: 1, source }))?;
-        let mut sets: Vec<Vec<String>> = Vec::new();
-        for (w, pair) in touched.videos.iter().zip(replies.chunks(2)) {
-            sets.push(redis::from_redis_value(pair[0].clone()).unwrap_or_default());
-            if let Ok(Some(detail)) = redis::from_redis_value::<Option<String>>(pair[1].clone()) {
-                redis_details.insert(w.clone(), detail);
+            .map_err(|source| SourceError::Read { collection: name.to_string(), source })?;
+        Ok(match found {
+            Some(doc) => Event::Upsert { coll, key: id_key(&id), raw_id: id, doc },
+            None => Event::Remove { coll, key: id_key(&id), raw_id: id },
+        })
+    }
+
+    /// Applies events to the state, writes what they change and saves the
+    /// tokens; the state keeps the batch only once all of that is in
+    /// Redis, and is left exactly as before when any of it fails.
+    async fn apply(
+        &self,
+        state: &mut State,
+        events: Vec<Event>,
+        tokens: &[(&str, String)],
+    ) -> Result<Vec<String>, WatchError> {
+        let mut applied = state.apply(events);
+        // A repeated id whose first owner went away: the next owner was
+        // loaded without its detail, so read it again.
+        let missing: Vec<_> = applied.videos.keys().filter_map(|w| state.needs_detail(w)).collect();
+        for raw_id in missing {
+            match self.look_up(Coll::Video, raw_id).await {
+                Ok(event) => {
+                    let again = state.apply(vec![event]);
+                    applied.absorb(again);
+                }
+                Err(err) => {
+                    state.undo(applied);
+                    return Err(err);
+                }
             }
         }
-        for (w, cats) in touched.videos.iter().zip(sets) {
-            let cats: BTreeSet<String> = cats.into_iter().filter(|c| crate::model::id::is_usable_id(c)).collect();
-            if !cats.is_empty() {
-                redis_categories.insert(w.clone(), cats);
+        self.metrics.rejected(&applied.rejected);
+        let result = async {
+            let (categories, details) = self.sink.video_memberships(&self.ctx.keys, applied.videos.keys()).await?;
+            let redis = plan::RedisView { categories, details };
+            let plan = plan::plan_batch(state, &applied, &redis, self.ctx);
+            for chunk in plan.changes.chunks(CHANGES_PER_TX) {
+                self.sink.apply_changes(chunk).await?;
+            }
+            self.sink.save_tokens(self.status, tokens).await?;
+            Ok::<_, WatchError>(plan)
+        }
+        .await;
+        match result {
+            Ok(plan) => {
+                let videos: Vec<String> = applied.videos.keys().cloned().collect();
+                state.commit(applied, &self.ctx.keys, &plan.written, &plan.deleted);
+                Ok(videos)
+            }
+            Err(err) => {
+                state.undo(applied);
+                Err(err)
             }
         }
     }
-    let tag_lists = if touched.categories.is_empty() && touched.tags.is_empty() {
-        Vec::new()
-    } else {
-        let existing = sink.scan_existing(&ctx.keys, FamilySet::of([crate::registry::FamilyId::VideoTagList])).await?;
-        let prefix = ctx.keys.key(crate::registry::FamilyId::VideoTagList, &["x", "y"]).text;
-        let head = &prefix[..prefix.len() - 3];
-        existing
-            .keys
-            .into_iter()
-            .filter_map(|(_, k)| {
-                let (c, t) = k.strip_prefix(head)?.split_once(':')?;
-                (touched.categories.contains(c) || touched.tags.contains(t)).then(|| (c.to_string(), t.to_string()))
-            })
-            .collect()
-    };
-    let changes: Vec<Change> = model.plan(&touched, &redis_categories, &redis_details, &tag_lists, ctx);
-    for chunk in changes.chunks(CHANGES_PER_TX) {
-        sink.apply_changes(chunk).await?;
-    }
-    Ok(touched.videos.into_iter().collect())
 }
 
-async fn load_model(source: &Source, cfg: &Config) -> Result<Model, WatchError> {
+/// One batch of stream items, sorted out.
+#[derive(Default)]
+struct Batch {
+    events: Vec<Event>,
+    /// Documents to read by id: their events could not be used whole.
+    lookups: Vec<(Coll, mongodb::bson::Bson)>,
+    tokens: HashMap<Coll, ResumeToken>,
+    newest_cluster_time: u32,
+    per_collection: [u64; 4],
+}
+
+impl Batch {
+    /// Takes one item; gives a restart when the streams must be reopened
+    /// or the cache rebuilt.
+    fn add(&mut self, cfg: &Config, item: Item, metrics: &WatchMetrics) -> Option<Restart> {
+        match item {
+            Item::Unresumable(_, reason) => return Some(Restart::Rebuild(reason)),
+            Item::Failed(coll, err) if stream::is_history_lost(&err) => {
+                return Some(Restart::Rebuild(format!("{} stream: {err}", coll.name(&cfg.collections))));
+            }
+            Item::Failed(coll, err) => {
+                tracing::warn!(collection = coll.name(&cfg.collections), error = %err, "change stream failed");
+                metrics.stream_error();
+                return Some(Restart::Reopen);
+            }
+            Item::Idle(coll, token) => {
+                self.tokens.insert(coll, token);
+            }
+            Item::Event(coll, event, _) => {
+                if let Some(t) = event.cluster_time {
+                    self.newest_cluster_time = self.newest_cluster_time.max(t.time);
+                }
+                let key = event.document_key.as_ref().and_then(|k| k.get("_id")).cloned();
+                match (&event.operation_type, key) {
+                    (OperationType::Insert | OperationType::Update | OperationType::Replace, Some(id)) => {
+                        self.events.push(match event.full_document {
+                            Some(doc) => Event::Upsert { coll, key: id_key(&id), raw_id: id, doc },
+                            // Looked up after it was deleted: gone now.
+                            None => Event::Remove { coll, key: id_key(&id), raw_id: id },
+                        });
+                    }
+                    (OperationType::Delete, Some(id)) => {
+                        self.events.push(Event::Remove { coll, key: id_key(&id), raw_id: id })
+                    }
+                    (op, _) => {
+                        return Some(Restart::Rebuild(format!("{:?} on {}", op, coll.name(&cfg.collections))));
+                    }
+                }
+                self.per_collection[coll as usize] += 1;
+                self.tokens.insert(coll, event.id);
+            }
+            Item::Poison(coll, id, token, reason) => {
+                // The event itself could not be used (too large, not
+                // decodable): the document is read again by its id.
+                tracing::warn!(collection = coll.name(&cfg.collections), reason = %reason, "change event unusable; reading the document again");
+                metrics.poison(coll, &crate::model::id::written_id(&id).unwrap_or_else(|| format!("{id}")), &reason);
+                self.lookups.push((coll, id));
+                self.per_collection[coll as usize] += 1;
+                self.tokens.insert(coll, token);
+            }
+        }
+        None
+    }
+}
+
+async fn load_state(source: &Source, cfg: &Config) -> Result<State, WatchError> {
     let [channels, categories, tags, videos] = source.read_four(cfg).await?;
     let names = cfg.collections.clone();
-    tokio::task::spawn_blocking(move || Model::load(&names, channels, categories, tags, videos))
+    tokio::task::spawn_blocking(move || State::load(&names, channels, categories, tags, videos))
         .await
         .map_err(|e| WatchError::Internal(e.to_string()))
+}
+
+/// The scoped and catalogue keys the cache holds (not the per-video
+/// ones): one SCAN, memory bounded by the catalogue.
+async fn existing_keys(sink: &Sink, ctx: &PlanCtx) -> Result<state::Existing, WatchError> {
+    let found = sink.scan_existing(&ctx.keys, state::tracked_families()).await?;
+    let mut existing = state::Existing::default();
+    for (_, key) in found.keys {
+        existing.insert(&ctx.keys, &key, None);
+    }
+    Ok(existing)
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Writes `health:current` (60 s TTL) at most every few seconds.
@@ -495,21 +589,6 @@ fn collection_names(cfg: &Config) -> [&str; 4] {
 async fn load_tokens(sink: &Sink, status: &StatusKeys, cfg: &Config) -> Result<Option<Vec<ResumeToken>>, WatchError> {
     let Some(texts) = sink.load_tokens(status, &collection_names(cfg)).await? else { return Ok(None) };
     Ok(texts.iter().map(|text| serde_json::from_str(text).ok()).collect())
-}
-
-/// Saves tokens; called only after the writes they cover succeeded.
-async fn save_tokens(
-    sink: &Sink,
-    status: &StatusKeys,
-    cfg: &Config,
-    tokens: &HashMap<Coll, ResumeToken>,
-) -> Result<(), WatchError> {
-    let mut texts = Vec::with_capacity(tokens.len());
-    for (coll, token) in tokens {
-        let text = serde_json::to_string(token).map_err(|e| WatchError::Internal(e.to_string()))?;
-        texts.push((coll.name(&cfg.collections), text));
-    }
-    Ok(sink.save_tokens(status, &texts).await?)
 }
 
 async fn clear_tokens(sink: &Sink, status: &StatusKeys, cfg: &Config) -> Result<(), WatchError> {

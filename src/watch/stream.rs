@@ -32,6 +32,16 @@ pub enum Item {
     /// The stream neither opened nor failed in time; it cannot be trusted
     /// to resume, so the engine starts over with a rebuild.
     Unresumable(Coll, String),
+    /// An event the stream could not deliver whole (too large, not
+    /// decodable): the document's `_id`, the event's token, and why. The
+    /// engine reads the document again by its id.
+    Poison(Coll, mongodb::bson::Bson, ResumeToken, String),
+}
+
+/// Whether a stream error comes from the connection or the server's state
+/// (reopen from the token), rather than from the event itself.
+fn is_transient(err: &mongodb::error::Error) -> bool {
+    crate::source::is_retriable(err) || is_history_lost(err)
 }
 
 /// Error codes meaning the stream cannot resume from where it was:
@@ -114,11 +124,91 @@ pub async fn follow(
                     return;
                 }
             }
-            Err(err) => {
+            Err(err) if is_transient(&err) => {
                 tracing::debug!(collection = %name, error = %err, "change stream error");
                 let _ = tx.send(Item::Failed(coll, err)).await;
                 return;
             }
+            Err(err) => {
+                // The next event cannot be delivered: read it once more
+                // without its document and its update description, pass
+                // on its id and token, and go on after it. Never loop on
+                // one token: if even that fails, the engine rebuilds.
+                let reason = err.to_string();
+                tracing::warn!(collection = %name, error = %reason, "change event unusable");
+                let after = stream.resume_token();
+                let item = match skip_one(&collection, after.clone(), &reason).await {
+                    Ok((id, token)) => {
+                        let next = StartAt::Token(token.clone());
+                        let _ = tx.send(Item::Poison(coll, id, token, reason)).await;
+                        next
+                    }
+                    Err(why) => {
+                        let _ = tx.send(Item::Unresumable(coll, why)).await;
+                        return;
+                    }
+                };
+                // Follow on from the skipped event with full documents.
+                let resumed = match item {
+                    StartAt::Token(token) => {
+                        collection
+                            .watch()
+                            .full_document(FullDocumentType::UpdateLookup)
+                            .max_await_time(Duration::from_millis(500))
+                            .resume_after(token)
+                            .await
+                    }
+                    _ => unreachable!("skip_one gives a token"),
+                };
+                stream = match resumed {
+                    Ok(stream) => stream,
+                    Err(err) => {
+                        let _ = tx.send(Item::Failed(coll, err)).await;
+                        return;
+                    }
+                };
+            }
         }
     }
+}
+
+/// Reads the one event after `after` with only its identity (no document,
+/// no update description), so that an event too large or not decodable
+/// whole still gives its document's `_id` and its resume token.
+async fn skip_one(
+    collection: &mongodb::Collection<RawDocumentBuf>,
+    after: Option<ResumeToken>,
+    reason: &str,
+) -> Result<(mongodb::bson::Bson, ResumeToken), String> {
+    use mongodb::bson::doc;
+    let Some(after) = after else {
+        return Err(format!("a change event could not be used ({reason}) before the stream had a resume token"));
+    };
+    let project = doc! { "$project": { "fullDocument": 0, "updateDescription": 0, "fullDocumentBeforeChange": 0 } };
+    let opened = collection.watch().pipeline([project]).resume_after(after).await;
+    let mut slim =
+        opened.map_err(|e| format!("reopening to skip an unusable event failed: {e}"))?.with_type::<RawDocumentBuf>();
+    let deadline = Instant::now() + OPEN_TIMEOUT;
+    while Instant::now() < deadline {
+        let event = slim
+            .next_if_any()
+            .await
+            .map_err(|e| format!("an unusable change event could not be skipped: {e} (first: {reason})"))?;
+        let Some(event) = event else { continue };
+        let token = event
+            .get("_id")
+            .ok()
+            .flatten()
+            .and_then(|t| t.to_raw_bson().try_into().ok())
+            .and_then(|b: mongodb::bson::Bson| mongodb::bson::from_bson::<ResumeToken>(b).ok())
+            .ok_or_else(|| "a skipped change event had no resume token".to_string())?;
+        let id = event
+            .get_document("documentKey")
+            .ok()
+            .and_then(|k| k.get("_id").ok().flatten())
+            .and_then(|v| v.to_raw_bson().try_into().ok())
+            .ok_or_else(|| format!("an unusable change event names no document ({reason})"))?;
+        return Ok((id, token));
+    }
+    Err(format!("the unusable change event did not come back within {}s ({reason})", OPEN_TIMEOUT.as_secs()))
 }

@@ -1,0 +1,228 @@
+//! Planning one batch: pure. From the state after the batch's events, what
+//! it touched, and what Redis holds of the touched videos, it gives the
+//! writes that make every affected key equal to what a full rebuild of the
+//! new state writes. The values come from the rebuild's own planners
+//! ([`crate::plan::plan_catalog`], [`crate::plan::video::plan_selected`]);
+//! this module only decides which keys a batch affects.
+
+use super::state::{Applied, State};
+use crate::model::catalog::Catalog;
+use crate::model::report::RefReport;
+use crate::plan::video::{Member, Selection, distinct, plan_selected, resolve};
+use crate::plan::{self, Change, FamilySet, Op, PlanCtx, Value};
+use crate::registry::FamilyId;
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// What Redis holds of the touched videos: the categories their
+/// `video:categories` lists and their `video:detail` payloads. After a
+/// restart this, not the state, says what was written before.
+#[derive(Debug, Default, Clone)]
+pub struct RedisView {
+    pub categories: HashMap<String, BTreeSet<String>>,
+    pub details: HashMap<String, String>,
+}
+
+/// A batch's writes, and what committing them records.
+#[derive(Debug, Default)]
+pub struct BatchPlan {
+    pub changes: Vec<Change>,
+    /// Tracked keys written, with the digest of catalogue values.
+    pub written: Vec<(String, Option<u128>)>,
+    /// Tracked keys deleted.
+    pub deleted: Vec<String>,
+}
+
+fn digest(value: &Value) -> u128 {
+    crate::sink::digest(&format!("{value:?}"))
+}
+
+/// The fields of a detail payload the index families depend on.
+fn index_fields(detail: Option<&str>) -> Option<[serde_json::Value; 3]> {
+    let Some(detail) = detail else { return Some(Default::default()) };
+    let v: serde_json::Value = serde_json::from_str(detail).ok()?;
+    Some([v["categoryIds"].clone(), v["tagIds"].clone(), v["addedTime"].clone()])
+}
+
+/// What index families depend on in the catalogue, per category, tag and
+/// channel id: whether a category is active, a tag's owner when active,
+/// a channel's category references.
+fn catalog_shape(c: &Catalog) -> (HashSet<&str>, HashMap<&str, &str>, HashMap<&str, Vec<&str>>) {
+    let cats = c.categories.iter().filter(|x| x.active).map(|x| x.id.as_str()).collect();
+    let tags = c.tags.iter().filter(|t| t.active).map(|t| (t.id.as_str(), t.category_id.as_str())).collect();
+    let channels =
+        c.channels.iter().map(|ch| (ch.id.as_str(), ch.categories.iter().map(|r| r.id.as_str()).collect())).collect();
+    (cats, tags, channels)
+}
+
+/// Plans the writes of one applied batch.
+pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCtx) -> BatchPlan {
+    let catalog = &state.catalog;
+    let mut out = BatchPlan::default();
+
+    // Scopes by id: categories, tags and channels whose index keys must be
+    // recomputed whole, and videos whose `video:categories` must be.
+    let mut cats: BTreeSet<String> = applied.categories.clone();
+    let mut tags: BTreeSet<String> = applied.tags.clone();
+    let mut channels: BTreeSet<String> = applied.channels.clone();
+    let mut videos: BTreeSet<String> = BTreeSet::new();
+
+    if let Some(old) = &applied.old_catalog {
+        plan_catalog_diff(state, ctx, &mut out);
+        let (old_cats, old_tags, old_channels) = catalog_shape(old);
+        let (new_cats, new_tags, new_channels) = catalog_shape(catalog);
+        cats.extend(old_cats.symmetric_difference(&new_cats).map(|c| c.to_string()));
+
+        for id in old_tags.keys().chain(new_tags.keys()) {
+            if old_tags.get(id) != new_tags.get(id) {
+                tags.insert(id.to_string());
+            }
+        }
+        for id in old_channels.keys().chain(new_channels.keys()) {
+            if old_channels.get(id) != new_channels.get(id) {
+                channels.insert(id.to_string());
+            }
+        }
+    }
+
+    // Categories whose own state changed (not those a video moved into).
+    let flipped: HashSet<String> = cats.iter().cloned().collect();
+
+    // Touched videos: the detail always; the index scopes only when what
+    // they index may have changed, here or in what Redis holds.
+    for (w, (before_view, before_cats)) in &applied.videos {
+        let video = state.effective(w);
+        let detail = video.and_then(|v| v.detail.as_deref());
+        match detail {
+            Some(detail) => put(&mut out, ctx, FamilyId::VideoDetail, &[w], Value::String(detail.to_string())),
+            None => delete(&mut out, ctx, FamilyId::VideoDetail, &[w]),
+        }
+        let now_cats = video.map(|v| State::active_categories(catalog, v)).unwrap_or_default();
+        let redis_cats = redis.categories.get(w).cloned().unwrap_or_default();
+        let quiet = *before_view == state.index_view(w)
+            && redis_cats == now_cats.iter().cloned().collect::<BTreeSet<_>>()
+            && index_fields(redis.details.get(w).map(String::as_str)) == index_fields(detail)
+            && video.is_none_or(|v| v.detail.is_some());
+        if quiet {
+            continue;
+        }
+        videos.insert(w.clone());
+        cats.extend(before_cats.iter().cloned());
+        cats.extend(redis_cats);
+        cats.extend(now_cats);
+    }
+
+    // A category whose state changed changes the category set of every
+    // video that references it.
+    if !flipped.is_empty() {
+        for w in state.by_written.keys() {
+            if let Some(v) = state.effective(w)
+                && v.category_ids.iter().any(|c| flipped.contains(c))
+            {
+                videos.insert(w.clone());
+            }
+        }
+    }
+    // A category's tags' lists live under it; its channels' home sections
+    // read it.
+    for tag in catalog.tags.iter().filter(|t| cats.contains(&t.category_id)) {
+        tags.insert(tag.id.clone());
+    }
+    let old_channels = applied.old_catalog.as_ref().map(|c| c.channels.as_slice()).unwrap_or_default();
+    for ch in catalog.channels.iter().chain(old_channels) {
+        if ch.categories.iter().any(|r| cats.contains(&r.id)) {
+            channels.insert(ch.id.clone());
+        }
+    }
+
+    // The selection over the new catalogue, planned by the rebuild's own
+    // index planner.
+    let index_of = |ids: &BTreeSet<String>, all: &mut dyn Iterator<Item = &str>| -> rustc_hash::FxHashSet<usize> {
+        all.enumerate().filter(|(_, id)| ids.contains(*id)).map(|(i, _)| i).collect()
+    };
+    let sel = Selection {
+        categories: Some(index_of(&cats, &mut catalog.categories.iter().map(|c| c.id.as_str()))),
+        tags: Some(index_of(&tags, &mut catalog.tags.iter().map(|t| t.id.as_str()))),
+        channels: Some(index_of(&channels, &mut catalog.channels.iter().map(|c| c.id.as_str()))),
+        videos: Some(videos.iter().cloned().collect()),
+    };
+    let ops = if sel.is_empty() { Vec::new() } else { plan_selected(|f| visit(state, catalog, f), catalog, ctx, &sel) };
+    let planned: HashSet<String> = ops.iter().map(|op| op.key.text.clone()).collect();
+    for op in ops {
+        out.written.push((op.key.text.clone(), None));
+        out.changes.push(Change::Put(op));
+    }
+
+    // Keys of the affected scopes that the new state no longer has.
+    for w in &videos {
+        let key = ctx.keys.key(FamilyId::VideoCategories, &[w]);
+        if !planned.contains(&key.text) && ctx.families.contains(FamilyId::VideoCategories) {
+            out.changes.push(Change::Delete(key));
+        }
+    }
+    let mut stale: BTreeSet<&String> = BTreeSet::new();
+    for (scopes, existing) in
+        [(&cats, &state.existing.by_category), (&tags, &state.existing.by_tag), (&channels, &state.existing.by_channel)]
+    {
+        for scope in scopes {
+            stale.extend(existing.get(scope).into_iter().flatten().filter(|k| !planned.contains(*k)));
+        }
+    }
+    for key in stale {
+        if let Some(family) = ctx.keys.classify(key).filter(|f| ctx.families.contains(*f)) {
+            out.deleted.push(key.clone());
+            out.changes.push(Change::Delete(crate::keys::Key { family, text: key.clone() }));
+        }
+    }
+    out
+}
+
+/// Visits the state's active videos as the index planner reads them.
+fn visit(state: &State, catalog: &Catalog, f: &mut dyn FnMut(Member<'_>)) {
+    let (mut cats, mut tags) = (Vec::new(), Vec::new());
+    let mut refs = RefReport::default();
+    for w in state.by_written.keys() {
+        let Some(v) = state.effective(w) else { continue };
+        let cat_refs =
+            distinct(v.category_ids.iter().map(String::as_str)).into_iter().map(|c| catalog.active_category_index(c));
+        let tag_refs = distinct(v.tag_ids.iter().map(String::as_str)).into_iter().map(|t| {
+            catalog.active_tag_index(t).map(|i| (i, catalog.active_category_index(&catalog.tags[i].category_id)))
+        });
+        resolve(cat_refs, tag_refs, &mut refs, &mut cats, &mut tags);
+        f(Member { id: w, added_ms: v.added_ms, cats: &cats, tags: &tags });
+    }
+}
+
+/// Re-plans the catalogue families; writes what differs from what the
+/// cache holds and deletes what is gone.
+fn plan_catalog_diff(state: &State, ctx: &PlanCtx, out: &mut BatchPlan) {
+    let catalog_families = FamilySet::of(ctx.families.iter().filter(|f| !f.needs_videos()));
+    let ctx = PlanCtx { families: catalog_families, ..ctx.clone() };
+    let (ops, _) = plan::plan_catalog(&state.catalog, &ctx);
+    let mut planned: HashSet<String> = HashSet::with_capacity(ops.len());
+    for op in ops {
+        let d = digest(&op.value);
+        planned.insert(op.key.text.clone());
+        if state.existing.catalog.get(&op.key.text) != Some(&Some(d)) {
+            out.written.push((op.key.text.clone(), Some(d)));
+            out.changes.push(Change::Put(op));
+        }
+    }
+    for key in state.existing.catalog.keys().filter(|k| !planned.contains(*k)) {
+        if let Some(family) = ctx.keys.classify(key) {
+            out.deleted.push(key.clone());
+            out.changes.push(Change::Delete(crate::keys::Key { family, text: key.clone() }));
+        }
+    }
+}
+
+fn put(out: &mut BatchPlan, ctx: &PlanCtx, family: FamilyId, args: &[&str], value: Value) {
+    if ctx.families.contains(family) {
+        out.changes.push(Change::Put(Op { key: ctx.keys.key(family, args), value }));
+    }
+}
+
+fn delete(out: &mut BatchPlan, ctx: &PlanCtx, family: FamilyId, args: &[&str]) {
+    if ctx.families.contains(family) {
+        out.changes.push(Change::Delete(ctx.keys.key(family, args)));
+    }
+}

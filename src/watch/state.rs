@@ -1,0 +1,408 @@
+//! The watcher's state: the raw catalogue documents, one decoded tuple per
+//! video, and what the cache holds of the keys a full rebuild sweeps by
+//! scope (which a later change may have to delete).
+//!
+//! Events change the state at once, but reversibly: [`State::apply`]
+//! returns an [`Applied`] that either [`State::commit`] keeps (after the
+//! batch's writes and resume tokens are in Redis) or [`State::undo`] takes
+//! back, leaving the state exactly as it was, so a replayed batch plans
+//! the same writes.
+
+use super::model::{Coll, Event, IdKey, raw_id_key};
+use crate::config::Collections;
+use crate::keys::Keys;
+use crate::model::catalog::Catalog;
+use crate::model::decode::doc_id;
+use crate::model::report::{RefReport, Rejection};
+use crate::model::video::{VideoDoc, decode_video};
+use crate::rebuild::decode_catalog;
+use crate::registry::FamilyId;
+use indexmap::IndexMap;
+use mongodb::bson::{Bson, RawDocumentBuf};
+use std::collections::{BTreeSet, HashMap};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct VideoState {
+    pub raw_id: Bson,
+    /// The written id, when usable.
+    pub written: Option<String>,
+    /// The decoded video; `None` when the document is rejected.
+    pub doc: Option<VideoDoc>,
+}
+
+/// Keys of the scoped index families and of the catalogue families that
+/// the cache holds (or this process wrote): bounded by the catalogue, not
+/// by the number of videos.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Existing {
+    /// `category:video:count`, `video:category:index`, `video:category:list`
+    /// and `video:tag:list` keys by category id.
+    pub by_category: HashMap<String, BTreeSet<String>>,
+    /// `video:tag:list` keys by tag id.
+    pub by_tag: HashMap<String, BTreeSet<String>>,
+    /// `video:list:home` keys by channel id.
+    pub by_channel: HashMap<String, BTreeSet<String>>,
+    /// Catalogue-family keys with the digest of their last written value
+    /// (`None`: exists, contents unknown).
+    pub catalog: HashMap<String, Option<u128>>,
+}
+
+/// The families [`Existing`] tracks.
+pub fn tracked_families() -> crate::plan::FamilySet {
+    crate::plan::FamilySet::of(
+        FamilyId::ALL.iter().copied().filter(|f| !matches!(f, FamilyId::VideoDetail | FamilyId::VideoCategories)),
+    )
+}
+
+impl Existing {
+    /// Files a key under its scope; keys of untracked families are ignored.
+    pub fn insert(&mut self, keys: &Keys, key: &str, digest: Option<u128>) {
+        let Some((family, args)) = keys.parse(key) else { return };
+        let file = |map: &mut HashMap<String, BTreeSet<String>>, scope: &str| {
+            map.entry(scope.to_string()).or_default().insert(key.to_string());
+        };
+        match family {
+            FamilyId::CategoryVideoCount | FamilyId::VideoCategoryIndex | FamilyId::VideoCategoryList => {
+                file(&mut self.by_category, args[0])
+            }
+            FamilyId::VideoTagList => {
+                file(&mut self.by_category, args[0]);
+                file(&mut self.by_tag, args[1]);
+            }
+            FamilyId::VideoListHome => file(&mut self.by_channel, args[0]),
+            FamilyId::VideoDetail | FamilyId::VideoCategories => {}
+            _ => {
+                self.catalog.insert(key.to_string(), digest);
+            }
+        }
+    }
+
+    pub fn remove(&mut self, keys: &Keys, key: &str) {
+        let Some((family, args)) = keys.parse(key) else { return };
+        let unfile = |map: &mut HashMap<String, BTreeSet<String>>, scope: &str| {
+            if let Some(set) = map.get_mut(scope) {
+                set.remove(key);
+                if set.is_empty() {
+                    map.remove(scope);
+                }
+            }
+        };
+        match family {
+            FamilyId::CategoryVideoCount | FamilyId::VideoCategoryIndex | FamilyId::VideoCategoryList => {
+                unfile(&mut self.by_category, args[0])
+            }
+            FamilyId::VideoTagList => {
+                unfile(&mut self.by_category, args[0]);
+                unfile(&mut self.by_tag, args[1]);
+            }
+            FamilyId::VideoListHome => unfile(&mut self.by_channel, args[0]),
+            FamilyId::VideoDetail | FamilyId::VideoCategories => {}
+            _ => {
+                self.catalog.remove(key);
+            }
+        }
+    }
+
+    /// How many keys are tracked.
+    pub fn len(&self) -> usize {
+        let scoped: usize = self.by_category.values().map(BTreeSet::len).sum();
+        scoped + self.by_channel.values().map(BTreeSet::len).sum::<usize>() + self.catalog.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What the index families read of a video: active, `addedTime`, and its
+/// category and tag references as stored.
+pub type IndexView = (i64, Vec<String>, Vec<String>);
+
+pub struct State {
+    pub names: Collections,
+    pub catalog_docs: [IndexMap<IdKey, RawDocumentBuf>; 3],
+    pub catalog: Catalog,
+    pub videos: HashMap<IdKey, VideoState>,
+    /// Per written id, the documents carrying it in arrival order; the
+    /// first one owns the id (later ones are repeats and rejected).
+    pub by_written: HashMap<String, Vec<IdKey>>,
+    pub existing: Existing,
+}
+
+/// What a batch did to the state, kept until it is committed or undone.
+pub struct Applied {
+    /// The catalogue before the batch, when the batch changed it.
+    pub old_catalog: Option<Catalog>,
+    old_catalog_docs: Option<Box<[IndexMap<IdKey, RawDocumentBuf>; 3]>>,
+    old_videos: Vec<(IdKey, Option<VideoState>)>,
+    old_owners: Vec<(String, Option<Vec<IdKey>>)>,
+    /// Written ids of the videos the batch touched, with the index view
+    /// and the active categories each had before it.
+    pub videos: std::collections::BTreeMap<String, (Option<IndexView>, Vec<String>)>,
+    /// Written ids of the catalogue documents the batch touched.
+    pub channels: BTreeSet<String>,
+    pub categories: BTreeSet<String>,
+    pub tags: BTreeSet<String>,
+    /// Documents rejected while applying, with their reasons.
+    pub rejected: Vec<Rejection>,
+}
+
+impl Applied {
+    pub fn catalog_changed(&self) -> bool {
+        self.old_catalog.is_some()
+    }
+
+    /// Folds in a later application to the same state (video events only),
+    /// keeping the earliest "before" of everything: undoing the result
+    /// undoes both.
+    pub fn absorb(&mut self, later: Applied) {
+        for (key, old) in later.old_videos {
+            if !self.old_videos.iter().any(|(k, _)| *k == key) {
+                self.old_videos.push((key, old));
+            }
+        }
+        for (w, old) in later.old_owners {
+            if !self.old_owners.iter().any(|(k, _)| *k == w) {
+                self.old_owners.push((w, old));
+            }
+        }
+        for (w, before) in later.videos {
+            self.videos.entry(w).or_insert(before);
+        }
+        self.rejected.extend(later.rejected);
+    }
+}
+
+impl State {
+    /// Builds the state from whole collections, in cursor order.
+    pub fn load(
+        names: &Collections,
+        channels: Vec<RawDocumentBuf>,
+        categories: Vec<RawDocumentBuf>,
+        tags: Vec<RawDocumentBuf>,
+        videos: Vec<RawDocumentBuf>,
+    ) -> State {
+        let index = |docs: Vec<RawDocumentBuf>| -> IndexMap<IdKey, RawDocumentBuf> {
+            docs.into_iter().filter_map(|d| raw_id_key(&d).map(|k| (k, d))).collect()
+        };
+        let catalog_docs = [index(channels), index(categories), index(tags)];
+        let mut state = State {
+            names: names.clone(),
+            catalog: Catalog::default(),
+            catalog_docs,
+            videos: HashMap::with_capacity(videos.len()),
+            by_written: HashMap::with_capacity(videos.len()),
+            existing: Existing::default(),
+        };
+        state.catalog = state.decode_catalog();
+        for doc in videos {
+            if let (Some(key), Ok(Some(raw_id))) = (raw_id_key(&doc), doc.get("_id")) {
+                let raw_id: Bson = raw_id.to_raw_bson().try_into().unwrap_or(Bson::Null);
+                let (video, _) = decode(&doc, false);
+                state.put_video(key, raw_id, video);
+            }
+        }
+        state
+    }
+
+    fn decode_catalog(&self) -> Catalog {
+        let docs = |i: usize| -> Vec<RawDocumentBuf> { self.catalog_docs[i].values().cloned().collect() };
+        decode_catalog(&self.names, &docs(0), &docs(1), &docs(2)).0
+    }
+
+    pub fn video_count(&self) -> usize {
+        self.videos.len()
+    }
+
+    /// The video that owns a written id: the first document carrying it,
+    /// when that document is valid and active.
+    pub fn effective(&self, written: &str) -> Option<&VideoDoc> {
+        let first = self.by_written.get(written)?.first()?;
+        self.videos.get(first)?.doc.as_ref().filter(|d| d.active)
+    }
+
+    /// The owner of a written id when its detail payload is not known
+    /// (it was loaded without one): its raw `_id`, to read it again.
+    pub fn needs_detail(&self, written: &str) -> Option<Bson> {
+        let first = self.by_written.get(written)?.first()?;
+        let state = self.videos.get(first)?;
+        state.doc.as_ref().filter(|d| d.active && d.detail.is_none()).map(|_| state.raw_id.clone())
+    }
+
+    pub fn index_view(&self, written: &str) -> Option<IndexView> {
+        self.effective(written).map(|v| (v.added_ms, v.category_ids.clone(), v.tag_ids.clone()))
+    }
+
+    /// The video's distinct active categories, per `catalog`.
+    pub fn active_categories(catalog: &Catalog, video: &VideoDoc) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for c in &video.category_ids {
+            if catalog.active_category(c).is_some() && !out.contains(c) {
+                out.push(c.clone());
+            }
+        }
+        out
+    }
+
+    fn put_video(&mut self, key: IdKey, raw_id: Bson, doc: Result<VideoDoc, Rejection>) {
+        let written = crate::model::id::written_id(&raw_id);
+        if let Some(old) = self.videos.get(&key).filter(|old| old.written != written) {
+            let old = old.written.clone();
+            self.unlink_written(&key, old);
+        }
+        self.videos.insert(key.clone(), VideoState { raw_id, written: written.clone(), doc: doc.ok() });
+        if let Some(w) = written {
+            let list = self.by_written.entry(w).or_default();
+            if !list.contains(&key) {
+                list.push(key);
+            }
+        }
+    }
+
+    fn unlink_written(&mut self, key: &IdKey, written: Option<String>) {
+        let Some(w) = written else { return };
+        if let Some(list) = self.by_written.get_mut(&w) {
+            list.retain(|k| k != key);
+            if list.is_empty() {
+                self.by_written.remove(&w);
+            }
+        }
+    }
+
+    /// Applies a batch of events, recording how to undo it.
+    pub fn apply(&mut self, events: Vec<Event>) -> Applied {
+        let mut applied = Applied {
+            old_catalog: None,
+            old_catalog_docs: None,
+            old_videos: Vec::new(),
+            old_owners: Vec::new(),
+            videos: Default::default(),
+            channels: BTreeSet::new(),
+            categories: BTreeSet::new(),
+            tags: BTreeSet::new(),
+            rejected: Vec::new(),
+        };
+        for event in events {
+            match event {
+                Event::Upsert { coll: Coll::Video, key, raw_id, doc } => {
+                    self.before_video(&key, &raw_id, &mut applied);
+                    let (video, rejected) = decode(&doc, true);
+                    applied.rejected.extend(rejected);
+                    self.put_video(key, raw_id, video);
+                }
+                Event::Remove { coll: Coll::Video, key, raw_id } => {
+                    self.before_video(&key, &raw_id, &mut applied);
+                    if let Some(old) = self.videos.remove(&key) {
+                        self.unlink_written(&key, old.written);
+                    }
+                }
+                Event::Upsert { coll, key, raw_id, doc } => {
+                    self.before_catalog(&mut applied);
+                    let old = self.catalog_docs[coll as usize].insert(key, doc.clone());
+                    touch_catalog(coll, &raw_id, old.as_ref(), Some(&doc), &mut applied);
+                }
+                Event::Remove { coll, key, raw_id } => {
+                    self.before_catalog(&mut applied);
+                    let old = self.catalog_docs[coll as usize].shift_remove(&key);
+                    touch_catalog(coll, &raw_id, old.as_ref(), None, &mut applied);
+                }
+            }
+        }
+        if applied.old_catalog_docs.is_some() {
+            let new = self.decode_catalog();
+            applied.old_catalog = Some(std::mem::replace(&mut self.catalog, new));
+        }
+        applied
+    }
+
+    /// Records, once per batch, the catalogue documents before it.
+    fn before_catalog(&mut self, applied: &mut Applied) {
+        if applied.old_catalog_docs.is_none() {
+            applied.old_catalog_docs = Some(Box::new(self.catalog_docs.clone()));
+        }
+    }
+
+    /// Records, once per batch, a video document and its written id's
+    /// owners before it, and what the index families saw of that id.
+    fn before_video(&mut self, key: &IdKey, raw_id: &Bson, applied: &mut Applied) {
+        if !applied.old_videos.iter().any(|(k, _)| k == key) {
+            applied.old_videos.push((key.clone(), self.videos.get(key).cloned()));
+        }
+        let old_written = self.videos.get(key).and_then(|s| s.written.clone());
+        for w in old_written.into_iter().chain(crate::model::id::written_id(raw_id)) {
+            if !applied.old_owners.iter().any(|(k, _)| *k == w) {
+                applied.old_owners.push((w.clone(), self.by_written.get(&w).cloned()));
+            }
+            if !applied.videos.contains_key(&w) {
+                let cats = self.effective(&w).map(|v| State::active_categories(&self.catalog, v)).unwrap_or_default();
+                applied.videos.insert(w.clone(), (self.index_view(&w), cats));
+            }
+        }
+    }
+
+    /// Takes a batch back: the state is exactly as before [`State::apply`].
+    pub fn undo(&mut self, applied: Applied) {
+        if let Some(docs) = applied.old_catalog_docs {
+            self.catalog_docs = *docs;
+        }
+        if let Some(catalog) = applied.old_catalog {
+            self.catalog = catalog;
+        }
+        for (key, old) in applied.old_videos {
+            match old {
+                Some(state) => self.videos.insert(key, state),
+                None => self.videos.remove(&key),
+            };
+        }
+        for (w, owners) in applied.old_owners {
+            match owners {
+                Some(list) => self.by_written.insert(w, list),
+                None => self.by_written.remove(&w),
+            };
+        }
+    }
+
+    /// Keeps a batch whose writes are in Redis: records the keys it wrote
+    /// and deleted, and drops the detail payloads it no longer needs.
+    pub fn commit(&mut self, applied: Applied, keys: &Keys, written: &[(String, Option<u128>)], deleted: &[String]) {
+        for key in deleted {
+            self.existing.remove(keys, key);
+        }
+        for (key, digest) in written {
+            self.existing.insert(keys, key, *digest);
+        }
+        for w in applied.videos.keys() {
+            let first = self.by_written.get(w).and_then(|ks| ks.first()).cloned();
+            if let Some(doc) = first.and_then(|k| self.videos.get_mut(&k)).and_then(|s| s.doc.as_mut()) {
+                doc.detail = None;
+            }
+        }
+    }
+}
+
+/// Decodes a video document (the same decoder a rebuild uses).
+fn decode(doc: &RawDocumentBuf, want_detail: bool) -> (Result<VideoDoc, Rejection>, Option<Rejection>) {
+    let result = doc_id(doc).and_then(|id| decode_video(doc, id, &mut RefReport::default(), want_detail));
+    let rejected = result.as_ref().err().cloned();
+    (result, rejected)
+}
+
+fn touch_catalog(
+    coll: Coll,
+    raw_id: &Bson,
+    old: Option<&RawDocumentBuf>,
+    new: Option<&RawDocumentBuf>,
+    applied: &mut Applied,
+) {
+    let ids = crate::model::id::written_id(raw_id)
+        .into_iter()
+        .chain(old.and_then(|d| doc_id(d).ok()))
+        .chain(new.and_then(|d| doc_id(d).ok()));
+    let set = match coll {
+        Coll::Channel => &mut applied.channels,
+        Coll::Category => &mut applied.categories,
+        Coll::Tag => &mut applied.tags,
+        Coll::Video => return,
+    };
+    set.extend(ids);
+}

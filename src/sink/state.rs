@@ -63,18 +63,6 @@ pub fn info_value<'a>(info: &'a str, field: &str) -> Option<&'a str> {
     info.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')).map(str::trim)
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn info_fields_are_read_whole() {
-        let info = "# Memory\r\nused_memory:1024\r\nused_memory_human:1K\r\nrun_id:abc\r\n";
-        assert_eq!(super::info_value(info, "used_memory"), Some("1024"));
-        assert_eq!(super::info_value(info, "used_memory_human"), Some("1K"));
-        assert_eq!(super::info_value(info, "run_id"), Some("abc"));
-        assert_eq!(super::info_value(info, "maxmemory"), None);
-    }
-}
-
 /// What Redis holds of some videos: their `video:categories` members and
 /// their `video:detail` payloads, by written id.
 pub type VideoMemberships =
@@ -114,5 +102,17 @@ impl Sink {
             }
         }
         Ok((categories, details))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn info_fields_are_read_whole() {
+        let info = "# Memory\r\nused_memory:1024\r\nused_memory_human:1K\r\nrun_id:abc\r\n";
+        assert_eq!(super::info_value(info, "used_memory"), Some("1024"));
+        assert_eq!(super::info_value(info, "used_memory_human"), Some("1K"));
+        assert_eq!(super::info_value(info, "run_id"), Some("abc"));
+        assert_eq!(super::info_value(info, "maxmemory"), None);
     }
 }

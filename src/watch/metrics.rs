@@ -3,6 +3,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+/// Counts and sample ids by (collection, reason).
+pub type Problems = std::collections::BTreeMap<(String, String), (u64, Vec<String>)>;
+
 #[derive(Debug, Default)]
 pub struct WatchMetrics {
     /// Events applied per collection (Channel, Category, Tag, VideoMedia).
@@ -24,7 +27,7 @@ pub struct WatchMetrics {
     pub streaming: std::sync::atomic::AtomicBool,
     /// Documents rejected and events unusable while streaming, by
     /// collection and reason, with a few sample ids.
-    pub problems: std::sync::Mutex<std::collections::BTreeMap<(String, String), (u64, Vec<String>)>>,
+    pub problems: std::sync::Mutex<Problems>,
 }
 
 fn now_ms() -> u64 {

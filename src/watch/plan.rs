@@ -43,10 +43,13 @@ fn index_fields(detail: Option<&str>) -> Option<[serde_json::Value; 3]> {
     Some([v["categoryIds"].clone(), v["tagIds"].clone(), v["addedTime"].clone()])
 }
 
+/// Active categories; active tags' owners; channels' category references.
+type Shape<'c> = (HashSet<&'c str>, HashMap<&'c str, &'c str>, HashMap<&'c str, Vec<&'c str>>);
+
 /// What index families depend on in the catalogue, per category, tag and
 /// channel id: whether a category is active, a tag's owner when active,
 /// a channel's category references.
-fn catalog_shape(c: &Catalog) -> (HashSet<&str>, HashMap<&str, &str>, HashMap<&str, Vec<&str>>) {
+fn catalog_shape(c: &Catalog) -> Shape<'_> {
     let cats = c.categories.iter().filter(|x| x.active).map(|x| x.id.as_str()).collect();
     let tags = c.tags.iter().filter(|t| t.active).map(|t| (t.id.as_str(), t.category_id.as_str())).collect();
     let channels =

@@ -56,6 +56,12 @@ impl StatusKeys {
         format!("{}lock:epoch", self.prefix)
     }
 
+    /// The watcher's pending scopes: written before a batch's index keys,
+    /// cleared with its tokens (a set of `c:`/`t:`/`ch:`/`v:` + id).
+    pub fn cdc_pending(&self) -> String {
+        format!("{}cdc:pending", self.prefix)
+    }
+
     pub fn cdc_resume(&self, collection: &str) -> String {
         format!("{}cdc:resume:{collection}", self.prefix)
     }

@@ -71,16 +71,13 @@ pub enum Change {
     Put(Op),
     /// The key must not exist.
     Delete(Key),
-    /// Add or rescore some zset members and remove others, leaving the
-    /// rest alone: a small write on a big key.
-    ZsetDelta { key: Key, add: Vec<(i64, String)>, remove: Vec<String> },
 }
 
 impl Change {
     pub fn key(&self) -> &Key {
         match self {
             Change::Put(op) => &op.key,
-            Change::Delete(key) | Change::ZsetDelta { key, .. } => key,
+            Change::Delete(key) => key,
         }
     }
 }

@@ -266,7 +266,12 @@ impl Sink {
         if changes.is_empty() {
             return Ok(());
         }
-        self.send(build_change_pipeline(changes, &self.ttl, self.jitter, rand::random::<f64>)).await
+        self.send(self.change_pipeline(changes)).await
+    }
+
+    /// The atomic pipeline of `changes` with this sink's TTLs and jitter.
+    pub fn change_pipeline(&self, changes: &[crate::plan::Change]) -> redis::Pipeline {
+        build_change_pipeline(changes, &self.ttl, self.jitter, rand::random::<f64>)
     }
 
     /// The server's `run_id`, which changes when Redis restarts.

@@ -22,8 +22,7 @@ pub fn build_pipeline(ops: &[Op], ttl: &TierSeconds, jitter: f64, uniform: impl 
 }
 
 /// Builds one MULTI/EXEC pipeline for the watcher's incremental changes:
-/// whole replacements, deletions and zset deltas (ZADD / ZREM, then the
-/// TTL refreshed), all applied at once.
+/// whole replacements and deletions, all applied at once.
 pub fn build_change_pipeline(
     changes: &[Change],
     ttl: &TierSeconds,
@@ -37,20 +36,6 @@ pub fn build_change_pipeline(
             Change::Put(op) => add_ops(&mut pipe, std::slice::from_ref(op), ttl, jitter, &mut uniform),
             Change::Delete(key) => {
                 pipe.cmd("DEL").arg(&key.text).ignore();
-            }
-            Change::ZsetDelta { key, add, remove } => {
-                let tier = crate::registry::Registry::get().family(key.family).tier;
-                for chunk in add.chunks(CHUNK) {
-                    let cmd = pipe.cmd("ZADD").arg(&key.text);
-                    for (score, member) in chunk {
-                        cmd.arg(*score).arg(member);
-                    }
-                    cmd.ignore();
-                }
-                for chunk in remove.chunks(CHUNK) {
-                    pipe.cmd("ZREM").arg(&key.text).arg(chunk).ignore();
-                }
-                pipe.cmd("EXPIRE").arg(&key.text).arg(ttl_with_jitter(ttl.get(tier), jitter, uniform())).ignore();
             }
         }
     }

@@ -33,6 +33,40 @@ impl Sink {
         self.send(pipe).await
     }
 
+    /// Applies the watcher's last changes of a batch and saves its resume
+    /// tokens in one transaction: the tokens move exactly when those
+    /// writes land. With `clear_pending`, the pending scopes are cleared in
+    /// the same transaction.
+    pub async fn apply_changes_and_save_tokens(
+        &self,
+        changes: &[crate::plan::Change],
+        keys: &StatusKeys,
+        tokens: &[(&str, String)],
+        clear_pending: bool,
+    ) -> Result<(), SinkError> {
+        if changes.is_empty() && tokens.is_empty() && !clear_pending {
+            return Ok(());
+        }
+        let mut pipe = self.change_pipeline(changes);
+        for (name, text) in tokens {
+            pipe.cmd("SET").arg(keys.cdc_resume(name)).arg(text).ignore();
+        }
+        if clear_pending {
+            pipe.cmd("DEL").arg(keys.cdc_pending()).ignore();
+        }
+        self.send(pipe).await
+    }
+
+    /// Records scopes a batch is about to write (see `cdc:pending`).
+    pub async fn add_pending(&self, keys: &StatusKeys, members: &[String]) -> Result<(), SinkError> {
+        if members.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic().cmd("SADD").arg(keys.cdc_pending()).arg(members).ignore();
+        self.send(pipe).await
+    }
+
     /// Forgets the resume tokens of `collections`.
     pub async fn clear_tokens(&self, keys: &StatusKeys, collections: &[&str]) -> Result<(), SinkError> {
         let names: Vec<String> = collections.iter().map(|c| keys.cdc_resume(c)).collect();

@@ -64,6 +64,7 @@ pub struct Carry {
     state: State,
     starts: Vec<StartAt>,
     redis_run_id: String,
+    catch_up: CatchUp,
 }
 
 impl Default for WatchOptions {
@@ -184,11 +185,13 @@ pub async fn run_fenced(
             }
         };
         let mut state: Option<(State, String)> = None;
+        let mut catch_up = CatchUp::done();
         // A state kept across a pause (serve's scheduled jobs) resumes
         // from its own tokens instead of reloading the collections.
         if !fresh && let Some(carry) = opts.carry.as_ref().and_then(|c| lock(c).take()) {
             starts = carry.starts;
             state = Some((carry.state, carry.redis_run_id));
+            catch_up = carry.catch_up;
         }
         let mut backoff = Duration::from_millis(200);
         loop {
@@ -213,6 +216,7 @@ pub async fn run_fenced(
                 // changed meanwhile (a job rebuilt and swept), so learn it
                 // again; the videos' state stays.
                 kept.existing = existing_keys(&sink, &ctx).await?;
+                kept.dirty.extend(&state::Scopes::from_members(sink.members(&status.cdc_pending()).await?));
                 tracing::info!(videos = kept.video_count(), "watcher state kept; streaming from its tokens");
                 metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
             }
@@ -231,12 +235,15 @@ pub async fn run_fenced(
                 }
                 let loading = Instant::now();
                 let mut loaded = load_state(&source, cfg).await?;
+                // Everything up to now may be in the loaded documents.
+                let loaded_at = source.cluster_time().await?;
                 // What the cache holds of the scoped and catalogue keys
                 // (catalogue contents unknown): the state may already be
                 // newer than what was written (changes after the rebuild
                 // read, or while this process was down), and a delete
                 // replayed from the tokens must find the keys to remove.
                 loaded.existing = existing_keys(&sink, &ctx).await?;
+                loaded.dirty = state::Scopes::from_members(sink.members(&status.cdc_pending()).await?);
                 let run_id = sink.run_id().await?;
                 tracing::info!(
                     videos = loaded.video_count(),
@@ -246,6 +253,7 @@ pub async fn run_fenced(
                     "watcher state loaded; streaming"
                 );
                 metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
+                catch_up = CatchUp::until(loaded_at);
                 state = Some((loaded, run_id));
             }
             let outcome = match state.as_mut() {
@@ -259,7 +267,7 @@ pub async fn run_fenced(
                         ctx: &ctx,
                         metrics: &metrics,
                     };
-                    engine.stream_batches(state, run_id, &mut rx, &mut starts, &mut shutdown).await
+                    engine.stream_batches(state, run_id, &mut catch_up, &mut rx, &mut starts, &mut shutdown).await
                 }
                 // A stream failed to open before anything was loaded; its
                 // error is in the channel.
@@ -282,7 +290,7 @@ pub async fn run_fenced(
             match outcome? {
                 None => {
                     if let (Some(carry), Some((state, redis_run_id))) = (opts.carry.as_ref(), state.take()) {
-                        *lock(carry) = Some(Carry { state, starts, redis_run_id });
+                        *lock(carry) = Some(Carry { state, starts, redis_run_id, catch_up });
                     }
                     return Ok(());
                 }
@@ -349,6 +357,7 @@ impl Engine<'_> {
         &self,
         state: &mut State,
         redis_run_id: &str,
+        catch_up: &mut CatchUp,
         rx: &mut mpsc::Receiver<Item>,
         starts: &mut [StartAt],
         shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
@@ -382,9 +391,17 @@ impl Engine<'_> {
             let started = Instant::now();
             let mut batch = Batch::default();
             for item in items {
+                catch_up.see(&item);
                 if let Some(restart) = batch.add(cfg, item, self.metrics) {
                     return Ok(Some(restart));
                 }
+            }
+            // Once every stream is past the load, the documents are no
+            // longer ahead: this batch recomputes the scopes written
+            // meanwhile, and they are clean again.
+            if state.catching_up && catch_up.is_done() {
+                tracing::info!("change streams caught up with the loaded documents");
+                state.catching_up = false;
             }
             for (coll, id) in std::mem::take(&mut batch.lookups) {
                 batch.events.push(self.look_up(coll, id).await?);
@@ -457,28 +474,72 @@ impl Engine<'_> {
             }
         }
         self.metrics.rejected(&applied.rejected);
-        let result = async {
-            let (categories, details) = self.sink.video_memberships(&self.ctx.keys, applied.videos.keys()).await?;
-            let redis = plan::RedisView { categories, details };
-            let plan = plan::plan_batch(state, &applied, &redis, self.ctx);
+        let (categories, details) = match self.sink.video_memberships(&self.ctx.keys, applied.videos.keys()).await {
+            Ok(view) => view,
+            Err(err) => {
+                state.undo(applied);
+                return Err(err.into());
+            }
+        };
+        let plan = plan::plan_batch(state, &applied, &plan::RedisView { categories, details }, self.ctx);
+        let written = async {
+            if !plan.changes.is_empty() {
+                self.sink.add_pending(self.status, &plan.scopes.to_members()).await?;
+            }
             for chunk in plan.changes.chunks(CHANGES_PER_TX) {
                 self.sink.apply_changes(chunk).await?;
             }
-            self.sink.save_tokens(self.status, tokens).await?;
-            Ok::<_, WatchError>(plan)
+            let clear = !state.catching_up;
+            self.sink.apply_changes_and_save_tokens(&plan.last, self.status, tokens, clear).await
         }
         .await;
-        match result {
-            Ok(plan) => {
+        match written {
+            Ok(()) => {
                 let videos: Vec<String> = applied.videos.keys().cloned().collect();
-                state.commit(applied, &self.ctx.keys, &plan.written, &plan.deleted);
+                state.commit(applied, &self.ctx.keys, &plan);
                 Ok(videos)
             }
             Err(err) => {
-                state.undo(applied);
-                Err(err)
+                state.abort(applied, &self.ctx.keys, &plan);
+                Err(err.into())
             }
         }
+    }
+}
+
+/// Whether each stream has passed the cluster time of a load.
+#[derive(Debug, Clone)]
+struct CatchUp {
+    until: Option<mongodb::bson::Timestamp>,
+    done: [bool; 4],
+}
+
+impl CatchUp {
+    fn until(time: mongodb::bson::Timestamp) -> CatchUp {
+        CatchUp { until: Some(time), done: [false; 4] }
+    }
+
+    fn done() -> CatchUp {
+        CatchUp { until: None, done: [true; 4] }
+    }
+
+    /// A stream has passed the load when it delivers a later event, or
+    /// has nothing left to deliver.
+    fn see(&mut self, item: &Item) {
+        let Some(until) = self.until else { return };
+        match item {
+            Item::Idle(coll, _) => self.done[*coll as usize] = true,
+            Item::Event(coll, event, _)
+                if event.cluster_time.is_some_and(|t| (t.time, t.increment) > (until.time, until.increment)) =>
+            {
+                self.done[*coll as usize] = true;
+            }
+            _ => {}
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.done.iter().all(|d| *d)
     }
 }
 

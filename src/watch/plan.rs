@@ -5,7 +5,7 @@
 //! ([`crate::plan::plan_catalog`], [`crate::plan::video::plan_selected`]);
 //! this module only decides which keys a batch affects.
 
-use super::state::{Applied, State};
+use super::state::{Applied, Scopes, State};
 use crate::model::catalog::Catalog;
 use crate::model::report::RefReport;
 use crate::plan::video::{Member, Selection, distinct, plan_selected, resolve};
@@ -25,11 +25,21 @@ pub struct RedisView {
 /// A batch's writes, and what committing them records.
 #[derive(Debug, Default)]
 pub struct BatchPlan {
+    /// The keys of the scopes the batch touched, in any order.
     pub changes: Vec<Change>,
+    /// The touched videos' own keys (`video:detail`, `video:categories`),
+    /// written last, in one transaction with the resume tokens: once they
+    /// are in Redis, every key that indexes those videos is too, and the
+    /// batch is saved. A replay after a partial write sees them old and
+    /// recomputes what they index.
+    pub last: Vec<Change>,
     /// Tracked keys written, with the digest of catalogue values.
     pub written: Vec<(String, Option<u128>)>,
     /// Tracked keys deleted.
     pub deleted: Vec<String>,
+    /// The scopes the batch recomputes: recorded as pending before its
+    /// writes, cleared with its tokens.
+    pub scopes: Scopes,
 }
 
 fn digest(value: &Value) -> u128 {
@@ -45,6 +55,12 @@ fn index_fields(detail: Option<&str>) -> Option<[serde_json::Value; 3]> {
 
 /// Active categories; active tags' owners; channels' category references.
 type Shape<'c> = (HashSet<&'c str>, HashMap<&'c str, &'c str>, HashMap<&'c str, Vec<&'c str>>);
+
+/// The `categoryIds` of a detail payload.
+fn detail_categories(detail: Option<&str>) -> Vec<String> {
+    let Some(v) = detail.and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok()) else { return Vec::new() };
+    v["categoryIds"].as_array().into_iter().flatten().filter_map(|c| c.as_str().map(String::from)).collect()
+}
 
 /// What index families depend on in the catalogue, per category, tag and
 /// channel id: whether a category is active, a tag's owner when active,
@@ -64,10 +80,11 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
 
     // Scopes by id: categories, tags and channels whose index keys must be
     // recomputed whole, and videos whose `video:categories` must be.
-    let mut cats: BTreeSet<String> = applied.categories.clone();
-    let mut tags: BTreeSet<String> = applied.tags.clone();
-    let mut channels: BTreeSet<String> = applied.channels.clone();
-    let mut videos: BTreeSet<String> = BTreeSet::new();
+    // Scopes an earlier batch may have left half-written come first.
+    let Scopes { categories: mut cats, mut tags, mut channels, mut videos } = state.dirty.clone();
+    cats.extend(applied.categories.iter().cloned());
+    tags.extend(applied.tags.iter().cloned());
+    channels.extend(applied.channels.iter().cloned());
 
     if let Some(old) = &applied.old_catalog {
         plan_catalog_diff(state, ctx, &mut out);
@@ -111,6 +128,10 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         videos.insert(w.clone());
         cats.extend(before_cats.iter().cloned());
         cats.extend(redis_cats);
+        // The detail Redis holds names the categories it was indexed
+        // under, even when `video:categories` was rewritten since (a
+        // category's status changed after a restart).
+        cats.extend(detail_categories(redis.details.get(w).map(String::as_str)));
         cats.extend(now_cats);
     }
 
@@ -176,6 +197,11 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
             out.changes.push(Change::Delete(crate::keys::Key { family, text: key.clone() }));
         }
     }
+    out.scopes = Scopes { categories: cats, tags, channels, videos };
+    let per_video = |c: &Change| matches!(c.key().family, FamilyId::VideoDetail | FamilyId::VideoCategories);
+    let (last, changes) = std::mem::take(&mut out.changes).into_iter().partition(per_video);
+    out.changes = changes;
+    out.last = last;
     out
 }
 

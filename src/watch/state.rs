@@ -114,6 +114,57 @@ impl Existing {
     }
 }
 
+/// Scopes by id: categories, tags and channels whose index keys are
+/// recomputed whole, and videos whose `video:categories` is.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Scopes {
+    pub categories: BTreeSet<String>,
+    pub tags: BTreeSet<String>,
+    pub channels: BTreeSet<String>,
+    pub videos: BTreeSet<String>,
+}
+
+impl Scopes {
+    pub fn is_empty(&self) -> bool {
+        self.categories.is_empty() && self.tags.is_empty() && self.channels.is_empty() && self.videos.is_empty()
+    }
+
+    pub fn extend(&mut self, other: &Scopes) {
+        self.categories.extend(other.categories.iter().cloned());
+        self.tags.extend(other.tags.iter().cloned());
+        self.channels.extend(other.channels.iter().cloned());
+        self.videos.extend(other.videos.iter().cloned());
+    }
+
+    /// As members of the `cdc:pending` set: `c:`, `t:`, `ch:`, `v:` + id.
+    pub fn to_members(&self) -> Vec<String> {
+        let tagged = |tag: &str, ids: &BTreeSet<String>| ids.iter().map(|id| format!("{tag}:{id}")).collect::<Vec<_>>();
+        [
+            tagged("c", &self.categories),
+            tagged("t", &self.tags),
+            tagged("ch", &self.channels),
+            tagged("v", &self.videos),
+        ]
+        .concat()
+    }
+
+    pub fn from_members(members: impl IntoIterator<Item = String>) -> Scopes {
+        let mut scopes = Scopes::default();
+        for m in members {
+            let Some((tag, id)) = m.split_once(':') else { continue };
+            let set = match tag {
+                "c" => &mut scopes.categories,
+                "t" => &mut scopes.tags,
+                "ch" => &mut scopes.channels,
+                "v" => &mut scopes.videos,
+                _ => continue,
+            };
+            set.insert(id.to_string());
+        }
+        scopes
+    }
+}
+
 /// What the index families read of a video: active, `addedTime`, and its
 /// category and tag references as stored.
 pub type IndexView = (i64, Vec<String>, Vec<String>);
@@ -127,6 +178,16 @@ pub struct State {
     /// first one owns the id (later ones are repeats and rejected).
     pub by_written: HashMap<String, Vec<IdKey>>,
     pub existing: Existing,
+    /// Scopes a failed batch may have written part of: the next batch
+    /// recomputes them whole. Mirrored in Redis (`cdc:pending`) so that a
+    /// restart knows them too.
+    pub dirty: Scopes,
+    /// After a load the documents are ahead of the streams, which replay
+    /// changes the load already saw. Until every stream has passed the
+    /// load, keys planned from this state may name versions the replay
+    /// has not reached, so every scope written meanwhile stays dirty and
+    /// is recomputed once the streams caught up.
+    pub catching_up: bool,
 }
 
 /// What a batch did to the state, kept until it is committed or undone.
@@ -193,6 +254,8 @@ impl State {
             videos: HashMap::with_capacity(videos.len()),
             by_written: HashMap::with_capacity(videos.len()),
             existing: Existing::default(),
+            dirty: Scopes::default(),
+            catching_up: true,
         };
         state.catalog = state.decode_catalog();
         for doc in videos {
@@ -340,6 +403,20 @@ impl State {
         }
     }
 
+    /// Takes back a batch whose writes failed: the documents are as before
+    /// [`State::apply`], so a replay plans the same writes. Some of the
+    /// writes and deletes may have landed, so the keys they name count as
+    /// possibly held with unknown contents: a later change rewrites them
+    /// if planned and deletes them if not.
+    pub fn abort(&mut self, applied: Applied, keys: &Keys, plan: &super::plan::BatchPlan) {
+        let (written, deleted) = (&plan.written, &plan.deleted);
+        self.undo(applied);
+        self.dirty.extend(&plan.scopes);
+        for key in written.iter().map(|(k, _)| k).chain(deleted) {
+            self.existing.insert(keys, key, None);
+        }
+    }
+
     /// Takes a batch back: the state is exactly as before [`State::apply`].
     pub fn undo(&mut self, applied: Applied) {
         if let Some(docs) = applied.old_catalog_docs {
@@ -364,7 +441,13 @@ impl State {
 
     /// Keeps a batch whose writes are in Redis: records the keys it wrote
     /// and deleted, and drops the detail payloads it no longer needs.
-    pub fn commit(&mut self, applied: Applied, keys: &Keys, written: &[(String, Option<u128>)], deleted: &[String]) {
+    pub fn commit(&mut self, applied: Applied, keys: &Keys, plan: &super::plan::BatchPlan) {
+        let (written, deleted) = (&plan.written, &plan.deleted);
+        if self.catching_up {
+            self.dirty.extend(&plan.scopes);
+        } else {
+            self.dirty = Scopes::default();
+        }
         for key in deleted {
             self.existing.remove(keys, key);
         }

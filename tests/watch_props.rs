@@ -1,0 +1,407 @@
+//! Incremental refresh equals a full rebuild, without servers (quickwit's
+//! `proptest_merge_policy` is the model): random sequences of every change
+//! the contract names go through the watcher's state and planner into an
+//! in-memory key-value store, with failures between planning and
+//! committing (some of the writes landed, the state is rolled back) and
+//! restarts from the saved position (the state reloaded from the current
+//! documents, what the cache holds scanned again). At the end the store
+//! equals the full plan of the final documents, key for key: value, type
+//! and TTL tier.
+
+mod common;
+
+use cachewright::config::Config;
+use cachewright::plan::{Change, FamilySet, Op, PlanCtx};
+use cachewright::rebuild::{plan_ctx, plan_in_memory};
+use cachewright::registry::Tier;
+use cachewright::watch::model::{Coll, Event, id_key};
+use cachewright::watch::plan::{RedisView, plan_batch};
+use cachewright::watch::state::{Existing, Scopes, State, tracked_families};
+use common::render::Content;
+use indexmap::IndexMap;
+use mongodb::bson::{Bson, DateTime, Document, RawDocumentBuf, doc};
+use proptest::prelude::*;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// The cache: key → (contents, tier).
+type Store = BTreeMap<String, (Content, Tier)>;
+
+fn config() -> Config {
+    common::golden_config()
+}
+
+/// One change to MongoDB.
+#[derive(Debug, Clone)]
+enum Step {
+    Put(Coll, u8, Document),
+    Delete(Coll, u8),
+    /// Apply up to this many pending events as one batch.
+    Flush(usize),
+    /// The next batch fails after planning: a prefix of its writes lands.
+    FailNext(usize),
+    /// The watcher restarts from its saved position.
+    Restart,
+}
+
+fn pick<T: Clone + std::fmt::Debug + 'static>(items: Vec<T>) -> impl Strategy<Value = T> {
+    proptest::sample::select(items)
+}
+
+fn status() -> impl Strategy<Value = Bson> {
+    prop_oneof![4 => Just(Bson::Int32(1)), 1 => Just(Bson::Int32(0)), 1 => Just(Bson::Double(1.0))]
+}
+
+fn ids(prefix: &'static str, n: u8, most: usize) -> impl Strategy<Value = Vec<Bson>> {
+    proptest::collection::vec((0..n + 1).prop_map(move |i| Bson::String(format!("{prefix}{i}"))), 0..=most)
+}
+
+fn refs(prefix: &'static str, n: u8) -> impl Strategy<Value = Bson> {
+    ids(prefix, n, 3)
+        .prop_map(|ids| Bson::Array(ids.into_iter().map(|id| Bson::Document(doc! { "id": id, "name": "n" })).collect()))
+}
+
+fn channel() -> impl Strategy<Value = Document> {
+    (pick(vec!["A", "B", "a"]), refs("c", 4), refs("t", 5)).prop_map(
+        |(name, categories, tags)| doc! { "name": name, "landingUrl": "u", "categories": categories, "tags": tags },
+    )
+}
+
+fn category() -> impl Strategy<Value = Document> {
+    (pick(vec!["One", "Two", "one"]), 0i32..3, status())
+        .prop_map(|(name, seq, status)| doc! { "name": name, "seq": seq, "status": status, "subtitle": Bson::Null })
+}
+
+fn tag() -> impl Strategy<Value = Document> {
+    (pick(vec!["Ab", "abc", " Ba"]), 0i32..3, status(), 0u8..5).prop_map(
+        |(name, seq, status, c)| doc! { "name": name, "seq": seq, "status": status, "categoryId": format!("c{c}") },
+    )
+}
+
+fn video() -> impl Strategy<Value = Document> {
+    (ids("c", 4, 3), ids("t", 5, 3), status(), proptest::option::of(0i64..4), any::<bool>(), pick(vec!["x", "y"]))
+        .prop_map(|(cats, tags, status, added, legacy, title)| {
+            let mut d = doc! { "title": title, "listStatus": status, "tagIds": tags };
+            if let Some(t) = added {
+                d.insert("addedTime", DateTime::from_millis(t * 1000));
+            }
+            if legacy {
+                d.insert("categoryId", cats.first().cloned().unwrap_or(Bson::String("bad id".into())));
+            } else {
+                d.insert("categoryIds", cats);
+            }
+            d
+        })
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0u8..8, video()).prop_map(|(i, d)| Step::Put(Coll::Video, i, d)),
+        2 => (0u8..8).prop_map(|i| Step::Delete(Coll::Video, i)),
+        2 => (0u8..5, category()).prop_map(|(i, d)| Step::Put(Coll::Category, i, d)),
+        1 => (0u8..5).prop_map(|i| Step::Delete(Coll::Category, i)),
+        2 => (0u8..6, tag()).prop_map(|(i, d)| Step::Put(Coll::Tag, i, d)),
+        1 => (0u8..6).prop_map(|i| Step::Delete(Coll::Tag, i)),
+        2 => (0u8..3, channel()).prop_map(|(i, d)| Step::Put(Coll::Channel, i, d)),
+        1 => (0u8..3).prop_map(|i| Step::Delete(Coll::Channel, i)),
+        4 => (1usize..5).prop_map(Step::Flush),
+        1 => (0usize..40).prop_map(Step::FailNext),
+        1 => Just(Step::Restart),
+    ]
+}
+
+fn prefix_of(coll: Coll) -> &'static str {
+    match coll {
+        Coll::Channel => "ch",
+        Coll::Category => "c",
+        Coll::Tag => "t",
+        Coll::Video => "v",
+    }
+}
+
+/// MongoDB: the four collections in natural order.
+#[derive(Default)]
+struct Mongo([IndexMap<String, RawDocumentBuf>; 4]);
+
+impl Mongo {
+    fn apply(&mut self, step: &Step) -> Option<Event> {
+        match step {
+            Step::Put(coll, i, body) => {
+                let id = format!("{}{i}", prefix_of(*coll));
+                let mut d = doc! { "_id": id.clone() };
+                d.extend(body.clone());
+                let raw = RawDocumentBuf::from_document(&d).unwrap();
+                self.0[*coll as usize].insert(id.clone(), raw.clone());
+                let raw_id = Bson::String(id);
+                Some(Event::Upsert { coll: *coll, key: id_key(&raw_id), raw_id, doc: raw })
+            }
+            Step::Delete(coll, i) => {
+                let id = format!("{}{i}", prefix_of(*coll));
+                self.0[*coll as usize].shift_remove(&id)?;
+                let raw_id = Bson::String(id);
+                Some(Event::Remove { coll: *coll, key: id_key(&raw_id), raw_id })
+            }
+            _ => None,
+        }
+    }
+
+    fn docs(&self, coll: Coll) -> Vec<RawDocumentBuf> {
+        self.0[coll as usize].values().cloned().collect()
+    }
+
+    fn full_plan(&self, cfg: &Config) -> Vec<Op> {
+        let d = |c| self.docs(c);
+        let ctx = plan_ctx(cfg, FamilySet::all());
+        plan_in_memory(&ctx, &cfg.collections, &d(Coll::Channel), &d(Coll::Category), &d(Coll::Tag), &d(Coll::Video))
+            .ops
+    }
+
+    fn load(&self, cfg: &Config) -> State {
+        let d = |c| self.docs(c);
+        State::load(&cfg.collections, d(Coll::Channel), d(Coll::Category), d(Coll::Tag), d(Coll::Video))
+    }
+}
+
+fn write(store: &mut Store, change: &Change) {
+    match change {
+        Change::Put(op) => {
+            store.insert(op.key.text.clone(), (Content::from_value(&op.value), op.tier()));
+        }
+        Change::Delete(key) => {
+            store.remove(&key.text);
+        }
+    }
+}
+
+/// What the watcher reads of the cache at start-up.
+fn scan(store: &Store, ctx: &PlanCtx) -> Existing {
+    let mut existing = Existing::default();
+    for key in store.keys() {
+        if ctx.keys.classify(key).is_some_and(|f| tracked_families().contains(f)) {
+            existing.insert(&ctx.keys, key, None);
+        }
+    }
+    existing
+}
+
+/// What the watcher reads of the cache for a batch's videos.
+fn redis_view(store: &Store, ctx: &PlanCtx, videos: impl Iterator<Item = String>) -> RedisView {
+    use cachewright::registry::FamilyId;
+    let mut view = RedisView::default();
+    for w in videos {
+        if let Some((Content::Set(members), _)) = store.get(&ctx.keys.key(FamilyId::VideoCategories, &[&w]).text) {
+            view.categories.insert(w.clone(), members.iter().cloned().collect::<BTreeSet<_>>());
+        }
+        if let Some((Content::String(detail), _)) = store.get(&ctx.keys.key(FamilyId::VideoDetail, &[&w]).text) {
+            view.details.insert(w.clone(), detail.clone());
+        }
+    }
+    view
+}
+
+fn render(store: &Store) -> String {
+    let mut out = String::new();
+    for (key, (content, tier)) in store {
+        out.push_str(&format!("{key} {tier:?} {content:?}\n"));
+    }
+    out
+}
+
+fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
+    let cfg = config();
+    let ctx = plan_ctx(&cfg, FamilySet::all());
+    let mut mongo = Mongo::default();
+    for s in &initial {
+        mongo.apply(s);
+    }
+    // A rebuild, then the watcher starts from what it wrote.
+    let mut store = Store::new();
+    for op in mongo.full_plan(&cfg) {
+        write(&mut store, &Change::Put(op));
+    }
+    let mut state = mongo.load(&cfg);
+    state.existing = scan(&store, &ctx);
+    // The load saw everything logged so far (nothing yet).
+    let mut loaded_at = 0usize;
+    let mut log: Vec<Event> = Vec::new();
+    let mut saved = 0usize;
+    let mut fail_next: Option<usize> = None;
+
+    // `saved` is the position this process resumes from in memory;
+    // `persisted` the one saved in Redis, which a restart starts from.
+    let mut persisted = 0usize;
+    // The pending scopes as Redis holds them (`cdc:pending`).
+    let mut pending = Scopes::default();
+    let batch = |state: &mut State,
+                 store: &mut Store,
+                 log: &[Event],
+                 saved: &mut usize,
+                 persisted: &mut usize,
+                 pending: &mut Scopes,
+                 loaded_at: &usize,
+                 take: usize,
+                 fail: Option<usize>| {
+        let events: Vec<Event> = log[*saved..(*saved + take).min(log.len())].to_vec();
+        if events.is_empty() {
+            return Ok::<(), TestCaseError>(());
+        }
+        let n = events.len();
+        let before = format!("{:?}", state_fingerprint(state));
+        // The streams pass the load with the batch that reaches it.
+        if *saved + n >= *loaded_at {
+            state.catching_up = false;
+        }
+        let applied = state.apply(events);
+        let view = redis_view(store, &ctx, applied.videos.keys().cloned());
+        let plan = plan_batch(state, &applied, &view, &ctx);
+        match fail {
+            // Some transactions landed before the failure: a prefix of the
+            // scope changes, and perhaps the last one with the tokens.
+            Some(landed) => {
+                let catching_up = state.catching_up;
+                if landed > 0 && !plan.changes.is_empty() {
+                    pending.extend(&plan.scopes);
+                }
+                for change in plan.changes.iter().take(landed) {
+                    write(store, change);
+                }
+                if landed > plan.changes.len() {
+                    for change in &plan.last {
+                        write(store, change);
+                    }
+                    *persisted = *saved + n;
+                    if !catching_up {
+                        *pending = Scopes::default();
+                    }
+                }
+                state.abort(applied, &ctx.keys, &plan);
+                prop_assert_eq!(before, format!("{:?}", state_fingerprint(state)), "undo left the state changed");
+            }
+            None => {
+                for change in plan.changes.iter().chain(&plan.last) {
+                    write(store, change);
+                }
+                if !plan.changes.is_empty() {
+                    pending.extend(&plan.scopes);
+                }
+                if !state.catching_up {
+                    *pending = Scopes::default();
+                }
+                state.commit(applied, &ctx.keys, &plan);
+                *saved += n;
+                *persisted = *saved;
+            }
+        }
+        Ok(())
+    };
+
+    for s in &steps {
+        match s {
+            Step::Put(..) | Step::Delete(..) => log.extend(mongo.apply(s)),
+            Step::Flush(take) => batch(
+                &mut state,
+                &mut store,
+                &log,
+                &mut saved,
+                &mut persisted,
+                &mut pending,
+                &loaded_at,
+                *take,
+                fail_next.take(),
+            )?,
+            Step::FailNext(landed) => fail_next = Some(*landed),
+            Step::Restart => {
+                // Lost: the in-memory state and position. Kept: the cache
+                // and the saved tokens; later events are replayed.
+                state = mongo.load(&cfg);
+                state.existing = scan(&store, &ctx);
+                state.dirty = pending.clone();
+                saved = persisted;
+                loaded_at = log.len();
+            }
+        }
+    }
+    // The streams go idle: a batch without events recomputes what is
+    // still dirty.
+    while saved < log.len() || !state.dirty.is_empty() {
+        batch(&mut state, &mut store, &log, &mut saved, &mut persisted, &mut pending, &loaded_at, 3, None)?;
+    }
+    let mut expected = Store::new();
+    for op in mongo.full_plan(&cfg) {
+        write(&mut expected, &Change::Put(op));
+    }
+    let (got, want) = (render(&store), render(&expected));
+    if got != want {
+        let diff = similar::TextDiff::from_lines(&want, &got).unified_diff().context_radius(0).to_string();
+        return Err(TestCaseError::fail(format!(
+            "incremental differs from a full rebuild (- full, + incremental):\n{diff}"
+        )));
+    }
+    Ok(())
+}
+
+/// A comparable summary of the state's documents.
+fn state_fingerprint(
+    state: &State,
+) -> (Vec<Vec<String>>, BTreeMap<String, String>, BTreeMap<String, Vec<String>>, String) {
+    let catalog: Vec<Vec<String>> = state.catalog_docs.iter().map(|m| m.keys().cloned().collect()).collect();
+    let docs: Vec<Vec<String>> =
+        state.catalog_docs.iter().map(|m| m.values().map(|d| format!("{d:?}")).collect()).collect();
+    let videos: BTreeMap<String, String> = state
+        .videos
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                format!(
+                    "{:?}",
+                    (v.written.as_ref(), v.doc.as_ref().map(|d| (d.active, d.added_ms, &d.category_ids, &d.tag_ids)))
+                ),
+            )
+        })
+        .collect();
+    let owners: BTreeMap<String, Vec<String>> = state.by_written.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let cats: String = format!("{:?}", state.catalog.categories.iter().map(|c| (&c.id, c.active)).collect::<Vec<_>>());
+    (catalog.into_iter().chain(docs).collect(), videos, owners, cats)
+}
+
+fn cases() -> u32 {
+    std::env::var("WATCH_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2000)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn incremental_refresh_equals_a_full_rebuild(
+        initial in proptest::collection::vec(step(), 0..30),
+        steps in proptest::collection::vec(step(), 1..40),
+    ) {
+        run(initial, steps)?;
+    }
+}
+
+#[test]
+fn a_restart_after_deletes_while_down_removes_their_keys() {
+    // The case seen: a channel, a category, a tag and a video are deleted
+    // while the watcher is down; it restarts from its saved position.
+    let initial = vec![
+        Step::Put(Coll::Category, 0, doc! { "name": "C", "seq": 1, "status": 1 }),
+        Step::Put(Coll::Tag, 0, doc! { "name": "T", "seq": 1, "status": 1, "categoryId": "c0" }),
+        Step::Put(
+            Coll::Channel,
+            0,
+            doc! { "name": "Ch", "landingUrl": "u", "categories": [{"id": "c0"}], "tags": [{"id": "t0"}] },
+        ),
+        Step::Put(Coll::Video, 0, doc! { "title": "v", "listStatus": 1, "categoryIds": ["c0"], "tagIds": ["t0"] }),
+    ];
+    let steps = vec![
+        Step::Restart,
+        Step::Delete(Coll::Channel, 0),
+        Step::Delete(Coll::Tag, 0),
+        Step::Delete(Coll::Category, 0),
+        Step::Delete(Coll::Video, 0),
+        Step::Restart,
+    ];
+    run(initial, steps).unwrap();
+    let _ = HashMap::<(), ()>::new();
+}

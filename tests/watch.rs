@@ -477,3 +477,96 @@ async fn the_watcher_rebuilds_after_redis_loses_its_keys() {
     );
     assert_same_as_rebuild(&mongo.uri(), &redis.url(), &name, &prefix, 11).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_to_redis_longer_than_the_retries_loses_nothing() {
+    let _serial = SERIAL.lock().await;
+    let s = common::shared();
+    let proxy = common::proxy::Proxy::start(s.redis.port).await;
+    let name = common::unique("watchcut");
+    let prefix = format!("w{name}");
+    let cfg = config(&s.mongo.uri(), &proxy.redis_url(), &name, &prefix);
+    let mut d = data(&cfg, 7).await;
+    d.seed().await;
+    let watcher = start_streaming(&cfg).await;
+    for _ in 0..30 {
+        d.change().await;
+    }
+    d.settle(&s.redis.url(), &prefix).await;
+
+    // Redis keeps running with its data; the watcher's connections drop
+    // and new ones are refused until a batch has failed for good.
+    proxy.cut(true);
+    for _ in 0..30 {
+        d.change().await;
+    }
+    let failed = || watcher.metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed);
+    for _ in 0..600 {
+        if failed() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(failed() > 0, "no batch failed during the cut: the fault was not injected");
+    for _ in 0..10 {
+        d.change().await;
+    }
+    proxy.heal();
+    for _ in 0..30 {
+        d.change().await;
+    }
+    d.settle(&s.redis.url(), &prefix).await;
+    watcher.stop().await;
+    assert_same_as_rebuild(&s.mongo.uri(), &s.redis.url(), &name, &prefix, 7).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletes_while_the_watcher_is_killed_are_removed_after_it_restarts() {
+    let _serial = SERIAL.lock().await;
+    let s = common::shared();
+    let name = common::unique("watchdel");
+    let prefix = format!("w{name}");
+    let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &prefix);
+    let mut d = data(&cfg, 9).await;
+    d.seed().await;
+    let spawn = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_cachewright"))
+            .args(["watch", "--window-ms", "50"])
+            .env("MONGODB_URI", s.mongo.uri())
+            .env("MONGODB_DB", &name)
+            .env("REDIS_URL", s.redis.url())
+            .env("CACHEWRIGHT_PREFIX", &cfg.prefix)
+            .env("CACHEWRIGHT_STATUS_PREFIX", &cfg.status_prefix)
+            .env("CACHEWRIGHT_HOME_LIMIT", "5")
+            .env("CACHEWRIGHT_LEASE_SECONDS", "2")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start cachewright watch")
+    };
+    let mut child = spawn();
+    for _ in 0..20 {
+        d.change().await;
+    }
+    d.settle(&s.redis.url(), &prefix).await;
+    let _ = std::process::Command::new("kill").args(["-9", &child.id().to_string()]).status();
+    let _ = child.wait();
+
+    // While it is down: a channel, a category, a tag and videos go.
+    let db = &d.db;
+    db.collection::<Document>("Channel").delete_one(doc! {"_id": "ch0"}).await.unwrap();
+    db.collection::<Document>("Category").delete_one(doc! {"_id": "c1"}).await.unwrap();
+    db.collection::<Document>("Tag").delete_many(doc! {"categoryId": "c2"}).await.unwrap();
+    db.collection::<Document>("VideoMedia").delete_many(doc! {"categoryIds": "c3"}).await.unwrap();
+    for _ in 0..10 {
+        d.change().await;
+    }
+    let mut child = spawn();
+    d.settle(&s.redis.url(), &prefix).await;
+    let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = child.wait();
+    let home = format!("{prefix}:video:list:home:ch0:latest");
+    let dump = common::dump(&s.redis.url(), &format!("{prefix}:")).await;
+    assert!(!dump.contains_key(&home), "the deleted channel's home section stayed");
+    assert_same_as_rebuild(&s.mongo.uri(), &s.redis.url(), &name, &prefix, 9).await;
+}

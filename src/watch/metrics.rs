@@ -13,6 +13,9 @@ pub struct WatchMetrics {
     pub batches: AtomicU64,
     pub rebuilds: AtomicU64,
     pub stream_errors: AtomicU64,
+    /// Batches Redis failed after every retry (rolled back, the streams
+    /// reopened from the saved tokens and the batch replayed).
+    pub failed_batches: AtomicU64,
     /// Cluster time (unix seconds) of the newest applied event.
     pub last_event_cluster_time: AtomicU64,
     /// Wall time (unix ms) when the newest event was applied.
@@ -134,6 +137,7 @@ impl WatchMetrics {
             "batches": load(&self.batches),
             "rebuilds_triggered": load(&self.rebuilds),
             "stream_errors": load(&self.stream_errors),
+            "failed_batches": load(&self.failed_batches),
             "rejected": load(&self.rejected),
             "problems": self.problems_json(),
             "lag_ms": load(&self.lag_ms),

@@ -278,6 +278,7 @@ pub async fn run_fenced(
             // batch, so reopening from the saved tokens replays it.
             let outcome = match outcome {
                 Err(WatchError::Sink(err)) if err.is_retriable() => {
+                    metrics.failed_batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::warn!(error = %err, "redis failed while applying changes");
                     Ok(Some(Restart::Reopen))
                 }

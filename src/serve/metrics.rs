@@ -121,6 +121,14 @@ impl ServeMetrics {
                 writeln!(out, "cachewright_changestream_streaming {}", u8::from(w.streaming.load(Ordering::Relaxed)));
             out.push_str("# HELP cachewright_changestream_rebuilds_total Full rebuilds the watcher triggered.\n# TYPE cachewright_changestream_rebuilds_total counter\n");
             let _ = writeln!(out, "cachewright_changestream_rebuilds_total {}", w.rebuilds.load(Ordering::Relaxed));
+            out.push_str("# HELP cachewright_changestream_rejected_total Documents the watcher rejected and change events it could not use, by collection and reason.\n# TYPE cachewright_changestream_rejected_total counter\n");
+            for ((collection, reason), (n, _)) in w.problems.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                let reason = reason.replace('\\', "\\\\").replace('"', "\\\"");
+                let _ = writeln!(
+                    out,
+                    "cachewright_changestream_rejected_total{{collection=\"{collection}\",reason=\"{reason}\"}} {n}"
+                );
+            }
             let _ = writeln!(
                 out,
                 "# HELP cachewright_errors_changestream_total Change stream failures.\n# TYPE cachewright_errors_changestream_total counter\ncachewright_errors_changestream_total {}",

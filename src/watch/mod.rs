@@ -659,7 +659,28 @@ async fn clear_tokens(sink: &Sink, status: &StatusKeys, cfg: &Config) -> Result<
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use mongodb::change_stream::event::ResumeToken;
+
+    fn token(data: &str) -> ResumeToken {
+        serde_json::from_value(serde_json::json!({ "_data": data })).expect("token")
+    }
+
+    #[test]
+    fn an_unusable_event_becomes_a_lookup_by_id_and_moves_the_token() {
+        let cfg = Config::from_raw(crate::config::RawConfig::default()).unwrap();
+        let metrics = WatchMetrics::default();
+        let mut batch = Batch::default();
+        let item = Item::Poison(Coll::Video, mongodb::bson::Bson::String("v9".into()), token("0A"), "too large".into());
+        assert!(batch.add(&cfg, item, &metrics).is_none(), "no restart for one unusable event");
+        assert_eq!(batch.lookups, vec![(Coll::Video, mongodb::bson::Bson::String("v9".into()))]);
+        assert!(batch.events.is_empty());
+        assert_eq!(serde_json::to_string(&batch.tokens[&Coll::Video]).unwrap(), r#"{"_data":"0A"}"#);
+        let problems = metrics.problems_json();
+        assert_eq!(problems[0]["collection"], "VideoMedia");
+        assert_eq!(problems[0]["samples"][0], "v9");
+        assert_eq!(problems[0]["count"], 1);
+    }
 
     #[test]
     fn resume_tokens_round_trip_through_json() {

@@ -212,3 +212,30 @@ async fn skip_one(
     }
     Err(format!("the unusable change event did not come back within {}s ({reason})", OPEN_TIMEOUT.as_secs()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mongodb::error::{CommandError, Error, ErrorKind};
+
+    fn command_error(code: i32) -> Error {
+        let json = serde_json::json!({ "code": code, "codeName": "X", "errmsg": "m" });
+        Error::from(ErrorKind::Command(serde_json::from_value::<CommandError>(json).expect("shape")))
+    }
+
+    #[test]
+    fn connection_trouble_reopens_and_a_bad_event_is_skipped() {
+        // Network and restarts: reopen from the token.
+        assert!(is_transient(&Error::from(ErrorKind::Io(std::sync::Arc::new(
+            std::io::ErrorKind::ConnectionReset.into()
+        )))));
+        assert!(is_transient(&command_error(11600)));
+        // Lost history: rebuild (also not an event problem).
+        assert!(is_transient(&command_error(286)));
+        // The event itself: too large, or not decodable.
+        assert!(!is_transient(&command_error(10334)));
+        let undecodable: mongodb::bson::de::Error =
+            mongodb::bson::from_slice::<mongodb::bson::Document>(&[5, 0, 0, 0, 1]).expect_err("bad bytes");
+        assert!(!is_transient(&Error::from(undecodable)));
+    }
+}

@@ -215,9 +215,15 @@ pub async fn run_fenced(
                 // Resumed with a kept state: what the cache holds may have
                 // changed meanwhile (a job rebuilt and swept), so learn it
                 // again; the videos' state stays.
+                let rescanning = Instant::now();
                 kept.existing = existing_keys(&sink, &ctx).await?;
                 kept.dirty.extend(&state::Scopes::from_members(sink.members(&status.cdc_pending()).await?));
-                tracing::info!(videos = kept.video_count(), "watcher state kept; streaming from its tokens");
+                tracing::info!(
+                    videos = kept.video_count(),
+                    tracked_keys = kept.existing.len(),
+                    rescan_ms = rescanning.elapsed().as_millis() as u64,
+                    "watcher state kept; streaming from its tokens"
+                );
                 metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
             }
             if all_open && state.is_none() {

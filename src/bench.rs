@@ -51,7 +51,8 @@ pub async fn run(cfg: &Config) -> anyhow::Result<BenchReport> {
     }
     let started = Instant::now();
     let (tx, rx) = tokio::sync::mpsc::channel(16);
-    let writer = tokio::spawn(run_writer(Some(sink), rx, cfg.write_concurrency, None, |_| {}));
+    let writer =
+        tokio::spawn(run_writer(Some(sink), rx, cfg.write_concurrency, None, crate::plan::FamilySet::of([]), |_| {}));
     let mut batcher = Batcher::new(tx, cfg.write_batch_ops);
     let n_ops = ops.len() as u64;
     batcher.send(ops).await;

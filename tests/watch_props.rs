@@ -41,6 +41,9 @@ enum Step {
     FailNext(usize),
     /// The watcher restarts from its saved position.
     Restart,
+    /// A scheduled job rebuilds and sweeps from the current documents
+    /// while the watcher is paused with its state kept (`serve`).
+    Job,
 }
 
 fn pick<T: Clone + std::fmt::Debug + 'static>(items: Vec<T>) -> impl Strategy<Value = T> {
@@ -106,6 +109,7 @@ fn step() -> impl Strategy<Value = Step> {
         4 => (1usize..5).prop_map(Step::Flush),
         1 => (0usize..40).prop_map(Step::FailNext),
         1 => Just(Step::Restart),
+        1 => Just(Step::Job),
     ]
 }
 
@@ -309,6 +313,24 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
                 fail_next.take(),
             )?,
             Step::FailNext(landed) => fail_next = Some(*landed),
+            Step::Job => {
+                // The job writes every key from its own read and sweeps
+                // the rest; the watcher resumes from its tokens with its
+                // state as it was.
+                store = Store::new();
+                let mut names = Vec::new();
+                for op in mongo.full_plan(&cfg) {
+                    if tracked_families().contains(op.key.family) {
+                        names.push(op.key.text.clone());
+                    }
+                    write(&mut store, &Change::Put(op));
+                }
+                state.existing.replace(&ctx.keys, tracked_families(), &names);
+                // The cache is now ahead of the kept state until the
+                // replay passes the job's read.
+                state.catching_up = true;
+                loaded_at = log.len();
+            }
             Step::Restart => {
                 // Lost: the in-memory state and position. Kept: the cache
                 // and the saved tokens; later events are replayed.

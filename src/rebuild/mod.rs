@@ -38,6 +38,9 @@ pub struct RebuildOptions {
     pub fence: Option<Fence>,
     /// `--allow-mass-delete`: skip the sweep guard.
     pub allow_mass_delete: bool,
+    /// Families whose written key names the summary lists (the watcher
+    /// under `serve` learns from them what the job left in the cache).
+    pub keep_names: FamilySet,
 }
 
 impl RebuildOptions {
@@ -50,6 +53,7 @@ impl RebuildOptions {
             cancel: None,
             fence: None,
             allow_mass_delete: false,
+            keep_names: FamilySet::of([]),
         }
     }
 
@@ -301,7 +305,8 @@ async fn run_pipeline(
         let stage = write_stage.clone();
         let sink = (!opts.dry_run).then(|| sink.clone());
         let cancel = opts.cancel.clone();
-        tokio::spawn(sink::run_writer(sink, rx, cfg.write_concurrency, cancel, move |n| stage.inc(n)))
+        let keep = opts.keep_names;
+        tokio::spawn(sink::run_writer(sink, rx, cfg.write_concurrency, cancel, keep, move |n| stage.inc(n)))
     };
 
     let produce = async {
@@ -394,5 +399,6 @@ async fn run_pipeline(
         memory_after,
         dry_run: opts.dry_run,
         not_utf8,
+        kept_names: written.names,
     })
 }

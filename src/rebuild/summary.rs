@@ -23,6 +23,8 @@ pub struct RunSummary {
     pub dry_run: bool,
     /// Keys under the prefix whose names are not UTF-8 (skipped).
     pub not_utf8: u64,
+    /// The written keys of [`super::RebuildOptions::keep_names`]' families.
+    pub kept_names: Vec<String>,
 }
 
 fn mib(bytes: Option<u64>) -> String {

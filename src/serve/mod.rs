@@ -418,6 +418,8 @@ async fn run_job(
     let run_opts = RebuildOptions {
         cancel: Some(cancel.clone()),
         fence: Some(fence.clone()),
+        // The paused watcher learns from them what the job left.
+        keep_names: crate::watch::state::tracked_families(),
         ..RebuildOptions::only(schedule.families())
     }
     .trigger(Trigger::Cron);
@@ -449,12 +451,18 @@ async fn run_job(
     match result {
         Ok(summary) => {
             tracing::info!(schedule = %schedule.name, keys_written = summary.written_total(), keys_deleted = summary.deleted_total(), "scheduled job completed");
+            if let Some(carry) = lock(&shared.carry).as_mut() {
+                let keys = crate::keys::Keys::new(cfg.prefix.clone());
+                carry.after_job(&keys, schedule.families(), &summary.kept_names);
+            }
             shared.metrics.completed("cron", &summary);
             *lock(&shared.last_job) = Some(record(true, false, None));
         }
         Err(err) => {
             tracing::error!(schedule = %schedule.name, error = %err, "scheduled job failed");
             shared.metrics.failed("cron", edge_of(&err));
+            // What a failed job wrote is unknown: the watcher starts over.
+            *lock(&shared.carry) = None;
             let refused = matches!(err, RunError::Guard(_));
             *lock(&shared.last_job) = Some(record(false, refused, Some(err.to_string())));
             if matches!(err, RunError::Sink(SinkError::LeaseLost | SinkError::Fenced { .. })) {

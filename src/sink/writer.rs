@@ -17,6 +17,8 @@ pub struct WriteOutcome {
     pub produced: super::Produced,
     pub written: BTreeMap<FamilyId, u64>,
     pub ops: u64,
+    /// The names of the keys written of the families asked for.
+    pub names: Vec<String>,
 }
 
 /// Drains `rx`, writing each batch unless `sink` is `None` (dry run).
@@ -26,6 +28,7 @@ pub async fn run_writer(
     rx: mpsc::Receiver<Vec<Op>>,
     concurrency: usize,
     cancel: Option<Arc<AtomicBool>>,
+    keep_names: crate::plan::FamilySet,
     on_batch: impl Fn(u64),
 ) -> Result<WriteOutcome, SinkError> {
     let batches = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) });
@@ -55,6 +58,9 @@ pub async fn run_writer(
         for op in batch {
             *outcome.written.entry(op.key.family).or_default() += 1;
             outcome.produced.insert(super::digest(&op.key.text));
+            if keep_names.contains(op.key.family) {
+                outcome.names.push(op.key.text);
+            }
         }
     }
     Ok(outcome)

@@ -59,6 +59,15 @@ pub struct WatchOptions {
     pub carry: Option<Arc<std::sync::Mutex<Option<Carry>>>>,
 }
 
+impl Carry {
+    /// Records what a job that rebuilt `families` left in the cache: the
+    /// keys it wrote (`names`); it swept the others.
+    pub fn after_job(&mut self, keys: &crate::keys::Keys, families: FamilySet, names: &[String]) {
+        let tracked = FamilySet::of(families.iter().filter(|f| state::tracked_families().contains(*f)));
+        self.state.existing.replace(keys, tracked, names);
+    }
+}
+
 /// A stopped watcher's state and where its streams stood.
 pub struct Carry {
     state: State,
@@ -212,18 +221,15 @@ pub async fn run_fenced(
             drop(tx);
             let all_open = futures::future::join_all(opened).await.iter().all(Result::is_ok);
             if all_open && let Some((kept, _)) = state.as_mut().filter(|_| !metrics.is_streaming()) {
-                // Resumed with a kept state: what the cache holds may have
-                // changed meanwhile (a job rebuilt and swept), so learn it
-                // again; the videos' state stays.
-                let rescanning = Instant::now();
-                kept.existing = existing_keys(&sink, &ctx).await?;
+                // Resumed with a kept state: no collection is read again.
+                // A job may have written newer values meanwhile (serve
+                // recorded which keys it left), so until the streams pass
+                // now, what the watcher writes stays pending, as after a
+                // load.
                 kept.dirty.extend(&state::Scopes::from_members(sink.members(&status.cdc_pending()).await?));
-                tracing::info!(
-                    videos = kept.video_count(),
-                    tracked_keys = kept.existing.len(),
-                    rescan_ms = rescanning.elapsed().as_millis() as u64,
-                    "watcher state kept; streaming from its tokens"
-                );
+                kept.catching_up = true;
+                catch_up = CatchUp::until(source.cluster_time().await?);
+                tracing::info!(videos = kept.video_count(), "watcher state kept; streaming from its tokens");
                 metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
             }
             if all_open && state.is_none() {

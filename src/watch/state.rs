@@ -103,6 +103,22 @@ impl Existing {
         }
     }
 
+    /// What the cache holds of `families` after a rebuild of them wrote
+    /// `names` and swept every other key of theirs.
+    pub fn replace(&mut self, keys: &Keys, families: crate::plan::FamilySet, names: &[String]) {
+        let gone = |key: &String| keys.classify(key).is_some_and(|f| families.contains(f));
+        for map in [&mut self.by_category, &mut self.by_tag, &mut self.by_channel] {
+            for set in map.values_mut() {
+                set.retain(|k| !gone(k));
+            }
+            map.retain(|_, set| !set.is_empty());
+        }
+        self.catalog.retain(|k, _| !gone(k));
+        for name in names {
+            self.insert(keys, name, None);
+        }
+    }
+
     /// How many keys are tracked.
     pub fn len(&self) -> usize {
         let scoped: usize = self.by_category.values().map(BTreeSet::len).sum();

@@ -265,6 +265,7 @@ pub async fn run_fenced(
                     "watcher state loaded; streaming"
                 );
                 metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
+                tracing::debug!(loaded_at = ?loaded_at, "catching up with the load");
                 catch_up = CatchUp::until(loaded_at);
                 state = Some((loaded, run_id));
             }

@@ -98,7 +98,10 @@ pub async fn follow(
             return;
         }
     };
-    let mut last_idle = Instant::now() - Duration::from_secs(10);
+    // No idle report right after opening: the first empty answer may be
+    // the stream's initial batch, not a sign that it has caught up (the
+    // watcher reads "idle" as "nothing older left to deliver").
+    let mut last_idle = Instant::now();
     loop {
         match stream.next_if_any().await {
             Ok(Some(event)) => {

@@ -544,6 +544,30 @@ async fn deletes_while_the_watcher_is_killed_are_removed_after_it_restarts() {
             .spawn()
             .expect("start cachewright watch")
     };
+    // Streaming means past its start-up (a rebuild, or the replay from
+    // the tokens): the heartbeat of this very process says so, and every
+    // collection has a saved token.
+    let streaming = |pid: u32| {
+        let (url, status) = (s.redis.url(), cfg.status_prefix.clone());
+        async move {
+            let mut conn = common::redis_conn(&url).await;
+            for _ in 0..600 {
+                let beat: Option<String> =
+                    redis::cmd("GET").arg(format!("{status}health:current")).query_async(&mut conn).await.unwrap();
+                let beat: serde_json::Value = beat.and_then(|b| serde_json::from_str(&b).ok()).unwrap_or_default();
+                let tokens: Vec<String> = ["Channel", "Category", "Tag", "VideoMedia"]
+                    .iter()
+                    .map(|c| format!("{status}cdc:resume:{c}"))
+                    .collect();
+                let saved: usize = redis::cmd("EXISTS").arg(tokens).query_async(&mut conn).await.unwrap();
+                if beat["pid"] == pid && beat["streaming"] == true && saved == 4 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("watcher {pid} did not start streaming within 30s");
+        }
+    };
     // A key under the prefix whose name is not UTF-8: skipped, never
     // touched, and it breaks nothing.
     let mut conn = common::redis_conn(&s.redis.url()).await;
@@ -555,6 +579,7 @@ async fn deletes_while_the_watcher_is_killed_are_removed_after_it_restarts() {
         d.change().await;
     }
     d.settle(&s.redis.url(), &prefix).await;
+    streaming(child.id()).await;
     let _ = std::process::Command::new("kill").args(["-9", &child.id().to_string()]).status();
     let _ = child.wait();
 
@@ -568,6 +593,7 @@ async fn deletes_while_the_watcher_is_killed_are_removed_after_it_restarts() {
         d.change().await;
     }
     let mut child = spawn();
+    streaming(child.id()).await;
     d.settle(&s.redis.url(), &prefix).await;
     let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let _ = child.wait();

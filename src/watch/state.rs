@@ -57,48 +57,40 @@ pub fn tracked_families() -> crate::plan::FamilySet {
 impl Existing {
     /// Files a key under its scope; keys of untracked families are ignored.
     pub fn insert(&mut self, keys: &Keys, key: &str, digest: Option<u128>) {
-        let Some((family, args)) = keys.parse(key) else { return };
-        let file = |map: &mut HashMap<String, BTreeSet<String>>, scope: &str| {
-            map.entry(scope.to_string()).or_default().insert(key.to_string());
-        };
-        match family {
-            FamilyId::CategoryVideoCount | FamilyId::VideoCategoryIndex | FamilyId::VideoCategoryList => {
-                file(&mut self.by_category, args[0])
-            }
-            FamilyId::VideoTagList => {
-                file(&mut self.by_category, args[0]);
-                file(&mut self.by_tag, args[1]);
-            }
-            FamilyId::VideoListHome => file(&mut self.by_channel, args[0]),
-            FamilyId::VideoDetail | FamilyId::VideoCategories => {}
-            _ => {
-                self.catalog.insert(key.to_string(), digest);
-            }
-        }
+        self.file(keys, key, Some(digest));
     }
 
     pub fn remove(&mut self, keys: &Keys, key: &str) {
+        self.file(keys, key, None);
+    }
+
+    /// Files (`Some(digest)`) or unfiles (`None`) a key under the scopes
+    /// its family is kept by.
+    fn file(&mut self, keys: &Keys, key: &str, add: Option<Option<u128>>) {
         let Some((family, args)) = keys.parse(key) else { return };
-        let unfile = |map: &mut HashMap<String, BTreeSet<String>>, scope: &str| {
-            if let Some(set) = map.get_mut(scope) {
+        let scopes: Vec<(&mut HashMap<String, BTreeSet<String>>, &str)> = match family {
+            FamilyId::CategoryVideoCount | FamilyId::VideoCategoryIndex | FamilyId::VideoCategoryList => {
+                vec![(&mut self.by_category, args[0])]
+            }
+            FamilyId::VideoTagList => vec![(&mut self.by_category, args[0]), (&mut self.by_tag, args[1])],
+            FamilyId::VideoListHome => vec![(&mut self.by_channel, args[0])],
+            FamilyId::VideoDetail | FamilyId::VideoCategories => return,
+            _ => {
+                match add {
+                    Some(digest) => self.catalog.insert(key.to_string(), digest),
+                    None => self.catalog.remove(key),
+                };
+                return;
+            }
+        };
+        for (map, scope) in scopes {
+            if add.is_some() {
+                map.entry(scope.to_string()).or_default().insert(key.to_string());
+            } else if let Some(set) = map.get_mut(scope) {
                 set.remove(key);
                 if set.is_empty() {
                     map.remove(scope);
                 }
-            }
-        };
-        match family {
-            FamilyId::CategoryVideoCount | FamilyId::VideoCategoryIndex | FamilyId::VideoCategoryList => {
-                unfile(&mut self.by_category, args[0])
-            }
-            FamilyId::VideoTagList => {
-                unfile(&mut self.by_category, args[0]);
-                unfile(&mut self.by_tag, args[1]);
-            }
-            FamilyId::VideoListHome => unfile(&mut self.by_channel, args[0]),
-            FamilyId::VideoDetail | FamilyId::VideoCategories => {}
-            _ => {
-                self.catalog.remove(key);
             }
         }
     }
@@ -504,4 +496,31 @@ fn touch_catalog(
         Coll::Video => return,
     };
     set.extend(ids);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tracked_keys_are_filed_by_scope_and_unfiled_again() {
+        let keys = Keys::new("app:");
+        let mut existing = Existing::default();
+        let list = keys.key(FamilyId::VideoTagList, &["c1", "t1"]).text;
+        let home = keys.key(FamilyId::VideoListHome, &["ch", "latest"]).text;
+        let all = keys.key(FamilyId::TagAll, &[]).text;
+        let detail = keys.key(FamilyId::VideoDetail, &["v1"]).text;
+        for key in [&list, &home, &all, &detail] {
+            existing.insert(&keys, key, Some(7));
+        }
+        assert!(existing.by_category["c1"].contains(&list) && existing.by_tag["t1"].contains(&list));
+        assert!(existing.by_channel["ch"].contains(&home));
+        assert_eq!(existing.catalog.get(&all), Some(&Some(7)));
+        assert_eq!(existing.len(), 3, "each tracked key once; per-video keys are not tracked");
+        for key in [&list, &home, &all] {
+            existing.remove(&keys, key);
+        }
+        assert!(existing.is_empty(), "{existing:?}");
+        assert!(existing.by_category.is_empty() && existing.by_tag.is_empty() && existing.by_channel.is_empty());
+    }
 }

@@ -243,22 +243,51 @@ impl std::fmt::Debug for Config {
     }
 }
 
-/// Hides the password of `scheme://user:password@host`.
+/// Query parameters whose values are secrets (compared lowercased):
+/// Redis `pass`/`password`, MongoDB `tlsCertificateKeyFilePassword`,
+/// `authMechanismProperties` (may carry AWS session tokens) and anything
+/// that names a password, secret or token.
+fn secret_param(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["pass", "secret", "token", "authmechanismproperties"].iter().any(|s| name.contains(s))
+}
+
+/// Hides the secrets of a connection string: the whole user-info but the
+/// user name (`scheme://user:***@host`), whatever characters the password
+/// holds (`/`, `@`, `:`, `?` included: everything up to the last `@` is
+/// user-info), and the value of the first secret query parameter with
+/// everything after it (`?db=0&pass=***`).
+/// Works on malformed strings too, erring on the side of hiding more.
 pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_string();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
+    let url = hide_secret_params(url);
+    let scheme_end = url.find("://").map(|i| i + 3).unwrap_or(0);
+    let (head, rest) = url.split_at(scheme_end);
+    match rest.rfind('@') {
         Some(at) => {
-            let userinfo = &rest[..at];
-            let user = userinfo.split(':').next().unwrap_or_default();
-            let masked = if userinfo.contains(':') { format!("{user}:***") } else { "***".to_string() };
-            format!("{}{}{}", &url[..scheme_end], masked, &rest[at..])
+            let masked = match rest[..at].split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                None => "***".to_string(),
+            };
+            format!("{head}{masked}{}", &rest[at..])
         }
         None => url.to_string(),
     }
+}
+
+/// Hides, from the first secret query parameter on, everything after the
+/// first `?`: a secret value may itself hold `&`, `=`, `@` or `#`.
+fn hide_secret_params(url: &str) -> String {
+    let Some((path, query)) = url.split_once('?') else { return url.to_string() };
+    let mut shown: Vec<&str> = Vec::new();
+    for param in query.split('&') {
+        match param.split_once('=') {
+            Some((name, _)) if secret_param(name) => {
+                return format!("{path}?{}{}{name}=***", shown.join("&"), if shown.is_empty() { "" } else { "&" });
+            }
+            _ => shown.push(param),
+        }
+    }
+    url.to_string()
 }
 
 fn check_prefix(setting: &'static str, value: &str) -> Result<(), ConfigError> {
@@ -431,7 +460,41 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use std::collections::HashMap;
+
+    proptest! {
+        /// Random secrets, with the characters that broke the old
+        /// redaction, go through every path that prints a connection
+        /// string: the redactor, configuration errors, the config's Debug.
+        #[test]
+        fn secrets_never_show(secret in "[A-Za-z0-9/@:?#%&=+._~-]{6,24}", user in "[a-z]{1,8}") {
+            prop_assume!(!user.contains(&secret) && !"redis://127.0.0.1:6379/0mongodb://h:27017/dbrediss+unixsock".contains(&secret));
+            let forms = [
+                format!("redis://{user}:{secret}@127.0.0.1:6379/0"),
+                format!("rediss://:{secret}@h:6380"),
+                format!("mongodb://{user}:{secret}@h1:27017,h2:27017/db?replicaSet=rs"),
+                format!("redis+unix:///tmp/r.sock?db=0&pass={secret}"),
+                format!("mongodb://h:27017/?tls=true&tlsCertificateKeyFilePassword={secret}"),
+            ];
+            for url in &forms {
+                let shown = redact_url(url);
+                prop_assert!(!shown.contains(&secret), "{} -> {}", url, shown);
+                let raw = RawConfig { redis_url: Some(url.clone()), mongodb_uri: Some(url.clone()), ..RawConfig::default() };
+                if let Err(err) = Config::from_raw(raw) {
+                    prop_assert!(!err.to_string().contains(&secret), "{}", err);
+                }
+                let redis_only = RawConfig { redis_url: Some(url.clone()), ..RawConfig::default() };
+                match Config::from_raw(redis_only) {
+                    Ok(cfg) => {
+                        let shown = format!("{cfg:?}");
+                        prop_assert!(!shown.contains(&secret), "{}", shown);
+                    }
+                    Err(err) => prop_assert!(!err.to_string().contains(&secret), "{}", err),
+                }
+            }
+        }
+    }
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -493,7 +556,15 @@ mod tests {
         let raw = RawConfig { redis_url: Some("http://u:s3cret@h".into()), ..RawConfig::default() };
         let err = Config::from_raw(raw).unwrap_err().to_string();
         assert!(!err.contains("s3cret"), "{err}");
-        assert_eq!(redact_url("mongodb://user:pw@h:1/db?x=@"), "mongodb://user:***@h:1/db?x=@");
+        // An `@` in the query hides more than needed, never less.
+        assert_eq!(redact_url("mongodb://user:pw@h:1/db?x=1"), "mongodb://user:***@h:1/db?x=1");
+        assert_eq!(redact_url("redis://u:pa/ss@w:rd?x@host:6379/0"), "redis://u:***@host:6379/0");
+        assert_eq!(redact_url("redis+unix:///tmp/r.sock?db=0&pass=s3"), "redis+unix:///tmp/r.sock?db=0&pass=***");
+        assert_eq!(
+            redact_url("mongodb://h/?tls=true&tlsCertificateKeyFilePassword=k3y"),
+            "mongodb://h/?tls=true&tlsCertificateKeyFilePassword=***"
+        );
+        assert_eq!(redact_url("not a url, pw@host"), "***@host");
         assert_eq!(redact_url("redis://:pw@h:6379"), "redis://:***@h:6379");
         assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
         let cfg = Config::from_raw(RawConfig {

@@ -140,16 +140,6 @@ impl Selection {
         Selection::default()
     }
 
-    /// Nothing at all (a start for the watcher's scopes).
-    pub fn none() -> Selection {
-        Selection {
-            categories: Some(HashSet::default()),
-            tags: Some(HashSet::default()),
-            channels: Some(HashSet::default()),
-            videos: Some(HashSet::default()),
-        }
-    }
-
     fn has<T: std::hash::Hash + Eq>(set: &Option<HashSet<T>>, item: &T) -> bool {
         set.as_ref().is_none_or(|s| s.contains(item))
     }

@@ -159,10 +159,6 @@ impl Sink {
         self
     }
 
-    pub fn fence(&self) -> Option<&Fence> {
-        self.fence.as_ref()
-    }
-
     pub fn with_retry(mut self, retry: RetryPolicy) -> Sink {
         self.retry = retry;
         self

@@ -19,20 +19,6 @@ impl Sink {
         Ok(values.into_iter().collect())
     }
 
-    /// Saves resume tokens (collection name, JSON text) in one
-    /// transaction; called only after the writes they cover succeeded.
-    pub async fn save_tokens(&self, keys: &StatusKeys, tokens: &[(&str, String)]) -> Result<(), SinkError> {
-        if tokens.is_empty() {
-            return Ok(());
-        }
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        for (name, text) in tokens {
-            pipe.cmd("SET").arg(keys.cdc_resume(name)).arg(text).ignore();
-        }
-        self.send(pipe).await
-    }
-
     /// Applies the watcher's last changes of a batch and saves its resume
     /// tokens in one transaction: the tokens move exactly when those
     /// writes land. With `clear_pending`, the pending scopes are cleared in

@@ -217,10 +217,6 @@ pub struct Applied {
 }
 
 impl Applied {
-    pub fn catalog_changed(&self) -> bool {
-        self.old_catalog.is_some()
-    }
-
     /// Folds in a later application to the same state (video events only),
     /// keeping the earliest "before" of everything: undoing the result
     /// undoes both.

@@ -164,10 +164,8 @@ fn cli(s: &common::Shared, cfg: &Config, db: &str, extra: &[&str]) -> (Option<i3
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_guard_keeps_the_cache_when_the_source_reads_empty() {
     let s = common::shared();
-    let name = common::unique("guard");
-    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
-    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
-    rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.unwrap();
+    let cfg = common::edge_case_cache("guard").await;
+    let name = cfg.mongodb_db.clone();
     let before = common::dump(&s.redis.url(), &cfg.prefix).await;
     let unchanged = |label: &'static str| {
         let (url, prefix, before) = (s.redis.url(), cfg.prefix.clone(), common::render_dump(&before, &cfg.prefix));
@@ -213,10 +211,7 @@ async fn the_sweep_guard_keeps_the_cache_when_the_source_reads_empty() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_that_are_not_utf8_break_nothing() {
     let s = common::shared();
-    let name = common::unique("utf8");
-    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
-    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
-    rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.unwrap();
+    let cfg = common::edge_case_cache("utf8").await;
     let mut conn = common::redis_conn(&s.redis.url()).await;
     let mut bad = format!("{}video:detail:", cfg.prefix).into_bytes();
     bad.extend_from_slice(&[0xff, 0xfe, b'x']);

@@ -147,3 +147,19 @@ pub async fn expected_render(cfg: &Config) -> String {
     let run = plan_in_memory(&ctx, &cfg.collections, &raw[0], &raw[1], &raw[2], &raw[3]);
     render::render_ops(&run.ops).replace(&cfg.prefix, "app:")
 }
+
+/// A database and prefix of this test's own, loaded with the edge-case
+/// fixtures and rebuilt once into Redis.
+pub async fn edge_case_cache(tag: &str) -> Config {
+    let s = shared();
+    let cfg = config(&s.mongo.uri(), &s.redis.url(), &unique(tag));
+    load_fixtures(&cfg, &fixture_dir("edge-cases")).await;
+    cachewright::rebuild::rebuild(
+        &cfg,
+        &cachewright::rebuild::RebuildOptions::full(),
+        &cachewright::progress::Progress::hidden(),
+    )
+    .await
+    .expect("first rebuild");
+    cfg
+}

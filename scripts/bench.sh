@@ -18,8 +18,10 @@ ensure_redis
 ensure_secantus
 start_redis "$REDIS_PORT"
 start_mongo "$MONGO_PORT"
-cargo build --release --quiet
+cargo build --release --quiet --features dev --bin cachewright --bin cachewright-dev
 BIN="$ROOT/target/release/cachewright"
+# The benchmark's own servers and database: replacing them needs no asking.
+DEV=("$ROOT/target/release/cachewright-dev")
 OUT="$ROOT/target/bench-$VIDEOS"
 mkdir -p "$OUT"
 export MONGODB_URI="mongodb://127.0.0.1:$MONGO_PORT/?directConnection=true"
@@ -29,10 +31,10 @@ export CACHEWRIGHT_PREFIX="app:"
 flush() { redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null; }
 
 say "generating $VIDEOS videos (seed $SEED)"
-"$BIN" fixtures generate --videos "$VIDEOS" --seed "$SEED" 2>"$OUT/generate.log"
+"${DEV[@]}" fixtures generate --yes --videos "$VIDEOS" --seed "$SEED" 2>"$OUT/generate.log"
 flush
 say "(a) read only and (b) write only"
-"$BIN" bench --out "$OUT/parts.json" 2>"$OUT/bench.log"
+"${DEV[@]}" bench --yes --out "$OUT/parts.json" 2>"$OUT/bench.log"
 flush
 say "(c) full rebuild into an empty Redis"
 "$BIN" rebuild --summary-json "$OUT/rebuild.json" >"$OUT/rebuild.txt" 2>"$OUT/rebuild.log"
@@ -41,7 +43,7 @@ say "(c') full rebuild again, over its own keys (sweep path)"
 
 say "watcher: latency at 1,000 updates/s, then the sustained apply rate"
 flush
-"$BIN" bench --watch --rate 1000 --seconds 10 --out "$OUT/watch.json" 2>"$OUT/watch.log"
+"${DEV[@]}" bench --yes --watch --rate 1000 --seconds 10 --out "$OUT/watch.json" 2>"$OUT/watch.log"
 
 python3 - "$OUT" "$VIDEOS" <<'PY'
 import json, sys

@@ -40,6 +40,15 @@ pub struct GlobalArgs {
     /// Redis URL, rediss:// for TLS [env: REDIS_URL] [default: redis://127.0.0.1:6379]
     #[arg(long, global = true, value_name = "URL")]
     pub redis_url: Option<String>,
+    /// PEM file of the CA that signed the Redis server's certificate (rediss://) [env: REDIS_TLS_CA]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub redis_tls_ca: Option<PathBuf>,
+    /// PEM client certificate for Redis TLS, with --redis-tls-key [env: REDIS_TLS_CERT]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub redis_tls_cert: Option<PathBuf>,
+    /// PEM private key of the client certificate [env: REDIS_TLS_KEY]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub redis_tls_key: Option<PathBuf>,
     /// Data key prefix [env: CACHEWRIGHT_PREFIX] [default: app:]
     #[arg(long, global = true, value_name = "PREFIX")]
     pub prefix: Option<String>,
@@ -58,12 +67,37 @@ pub struct GlobalArgs {
 }
 
 impl GlobalArgs {
+    /// Loads the configuration: these flags over the environment over the
+    /// config file.
+    pub fn load_config(&self) -> Result<crate::config::Config, crate::config::ConfigError> {
+        crate::config::Config::load(self.raw_config(), self.config.as_deref(), |k| std::env::var(k).ok())
+    }
+
+    /// Logs to stderr in the chosen format, filtered by `--log` or
+    /// `RUST_LOG` (default `info`).
+    pub fn init_logging(&self) {
+        use tracing_subscriber::EnvFilter;
+        let filter = self
+            .log
+            .clone()
+            .map(EnvFilter::new)
+            .unwrap_or_else(|| EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")));
+        let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+        match self.log_format {
+            LogFormat::Json => builder.json().init(),
+            LogFormat::Text => builder.with_target(false).init(),
+        }
+    }
+
     /// The flags as the highest configuration layer.
     pub fn raw_config(&self) -> RawConfig {
         RawConfig {
             mongodb_uri: self.mongodb_uri.clone(),
             mongodb_db: self.mongodb_db.clone(),
             redis_url: self.redis_url.clone(),
+            redis_tls_ca: self.redis_tls_ca.clone(),
+            redis_tls_cert: self.redis_tls_cert.clone(),
+            redis_tls_key: self.redis_tls_key.clone(),
             prefix: self.prefix.clone(),
             status_prefix: self.status_prefix.clone(),
             ttl_jitter: self.ttl_jitter,
@@ -84,9 +118,6 @@ pub enum Command {
     Rebuild(RebuildArgs),
     /// Print the key registry: every family with its pattern, type, TTL tier and meaning
     Keys(KeysArgs),
-    /// Test and benchmark data sets
-    #[command(subcommand)]
-    Fixtures(FixturesCommand),
     /// Migration day: fold VideoMedia.categoryId into categoryIds, drop legacy channelId, rebuild, verify
     Migrate(MigrateArgs),
     /// Compare Redis with what a full rebuild would write; read-only (exit 0 only when all match)
@@ -101,8 +132,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Recent runs, one run with its builders, or live progress (--follow)
     Status(StatusArgs),
-    /// Measure reading alone, planning alone and writing alone (see scripts/bench.sh)
-    Bench(BenchArgs),
+    /// Print the least-privilege Redis ACL rule for the configured prefixes
+    Acl(AclArgs),
 }
 
 #[derive(Debug, Args)]
@@ -114,7 +145,9 @@ pub struct WatchArgs {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// HTTP address for /health, /metrics and /status
+    /// HTTP address for /health/live, /health/ready, /metrics and /status.
+    /// Keep it on loopback or a private interface: /status shows errors
+    /// and run history
     #[arg(long, env = "CACHEWRIGHT_HTTP_ADDR", default_value = "127.0.0.1:3002", value_name = "ADDR")]
     pub http: String,
     /// A directory of schedule files (*.toml) instead of the shipped schedules/default.toml
@@ -126,6 +159,28 @@ pub struct ServeArgs {
     /// The watcher's coalescing window
     #[arg(long, default_value_t = 200, value_name = "MS")]
     pub window_ms: u64,
+    /// Open HTTP connections at most; at the limit a newcomer evicts the
+    /// oldest connection that has not sent a complete request
+    #[arg(long, env = "CACHEWRIGHT_HTTP_MAX_CONNECTIONS", default_value_t = 256, value_name = "N")]
+    pub http_max_connections: usize,
+    /// Seconds a client has to send its request headers; the whole
+    /// exchange may take three times as long
+    #[arg(long, env = "CACHEWRIGHT_HTTP_TIMEOUT", default_value_t = 5, value_name = "SECONDS")]
+    pub http_timeout: u64,
+}
+
+#[derive(Debug, Args)]
+#[command(long_about = "Print the least-privilege Redis ACL rule for the configured prefixes.\n\n\
+    The rule allows the data prefix (CACHEWRIGHT_PREFIX) and the status prefix (CACHEWRIGHT_STATUS_PREFIX), \
+    the progress channels under the status prefix, and only the commands cachewright sends. Replace \
+    <password> (or pass --password-env) and run it with redis-cli as an administrator.")]
+pub struct AclArgs {
+    /// The Redis user name
+    #[arg(long, default_value = "cachewright", value_name = "NAME")]
+    pub user: String,
+    /// Take the password from this environment variable instead of printing <password>
+    #[arg(long, value_name = "VAR")]
+    pub password_env: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -225,52 +280,6 @@ pub enum KeysFormat {
     Json,
     /// Key constructors and payload interfaces, docs/cache-keys.ts
     Typescript,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum FixturesCommand {
-    /// Fill MongoDB with a deterministic production-shaped data set (replaces the four collections)
-    Generate(GenerateArgs),
-    /// Load Extended JSON fixture files (fixtures/<set>/<Collection>.json) into MongoDB
-    Load(LoadArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct GenerateArgs {
-    /// Number of VideoMedia documents
-    #[arg(long, default_value_t = 58_000)]
-    pub videos: usize,
-    /// Random seed; the same seed gives the same data set
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    #[arg(long, default_value_t = 50)]
-    pub channels: usize,
-    #[arg(long, default_value_t = 2000)]
-    pub categories: usize,
-    #[arg(long, default_value_t = 10_000)]
-    pub tags: usize,
-}
-
-#[derive(Debug, Args)]
-pub struct LoadArgs {
-    /// Directory holding Channel.json, Category.json, Tag.json, VideoMedia.json
-    pub dir: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// Where to write the JSON result (stdout when absent)
-    #[arg(long, value_name = "PATH")]
-    pub out: Option<PathBuf>,
-    /// Benchmark the watcher instead: latency at --rate updates/s, then the sustained rate
-    #[arg(long)]
-    pub watch: bool,
-    /// Video updates per second for the latency phase
-    #[arg(long, default_value_t = 1000)]
-    pub rate: u64,
-    /// Seconds per phase
-    #[arg(long, default_value_t = 10)]
-    pub seconds: u64,
 }
 
 /// Resolves `--only` names to families.

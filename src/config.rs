@@ -56,6 +56,9 @@ pub struct RawConfig {
     pub redis_url: Option<String>,
     pub redis_password: Option<String>,
     pub redis_db: Option<i64>,
+    pub redis_tls_ca: Option<PathBuf>,
+    pub redis_tls_cert: Option<PathBuf>,
+    pub redis_tls_key: Option<PathBuf>,
     pub prefix: Option<String>,
     pub status_prefix: Option<String>,
     pub ttl_jitter: Option<f64>,
@@ -119,6 +122,9 @@ impl RawConfig {
             redis_url: get("REDIS_URL"),
             redis_password: get("REDIS_PASSWORD"),
             redis_db: parse(&get, "REDIS_DB", "use a database number such as 0")?,
+            redis_tls_ca: get("REDIS_TLS_CA").map(PathBuf::from),
+            redis_tls_cert: get("REDIS_TLS_CERT").map(PathBuf::from),
+            redis_tls_key: get("REDIS_TLS_KEY").map(PathBuf::from),
             prefix: get("CACHEWRIGHT_PREFIX"),
             status_prefix: get("CACHEWRIGHT_STATUS_PREFIX"),
             ttl_jitter: parse(&get, "CACHEWRIGHT_TTL_JITTER", "use a fraction between 0 and 1, such as 0.1")?,
@@ -152,6 +158,9 @@ impl RawConfig {
         take_over!(self, low, redis_url);
         take_over!(self, low, redis_password);
         take_over!(self, low, redis_db);
+        take_over!(self, low, redis_tls_ca);
+        take_over!(self, low, redis_tls_cert);
+        take_over!(self, low, redis_tls_key);
         take_over!(self, low, prefix);
         take_over!(self, low, status_prefix);
         take_over!(self, low, ttl_jitter);
@@ -172,6 +181,20 @@ impl RawConfig {
         take_over!(self, low, ttl.detail);
         take_over!(self, low, ttl.catalog);
         self
+    }
+}
+
+/// TLS material for Redis, as file paths (read when connecting).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RedisTls {
+    pub ca: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+impl RedisTls {
+    pub fn is_set(&self) -> bool {
+        self.ca.is_some() || self.cert.is_some() || self.key.is_some()
     }
 }
 
@@ -211,6 +234,9 @@ pub struct Config {
     pub redis_url: String,
     pub redis_password: Option<String>,
     pub redis_db: Option<i64>,
+    /// PEM files for `rediss://`: a private CA to trust instead of the
+    /// public web roots, and a client certificate with its key.
+    pub redis_tls: RedisTls,
     pub prefix: String,
     pub status_prefix: String,
     pub ttl_jitter: f64,
@@ -330,6 +356,22 @@ impl Config {
                 format!("{} (expected redis://[:password@]host:port[/db])", redact_url(&err.to_string())),
             ));
         }
+        let redis_tls = RedisTls { ca: raw.redis_tls_ca, cert: raw.redis_tls_cert, key: raw.redis_tls_key };
+        if redis_tls.cert.is_some() != redis_tls.key.is_some() {
+            let (setting, other) = if redis_tls.cert.is_some() {
+                ("REDIS_TLS_CERT", "REDIS_TLS_KEY")
+            } else {
+                ("REDIS_TLS_KEY", "REDIS_TLS_CERT")
+            };
+            return Err(invalid(setting, "set", format!("a client certificate needs its key: set {other} as well")));
+        }
+        if redis_tls.is_set() && !redis_url.starts_with("rediss://") {
+            return Err(invalid(
+                "REDIS_URL",
+                redact_url(&redis_url),
+                "REDIS_TLS_CA, REDIS_TLS_CERT and REDIS_TLS_KEY apply to TLS: use a rediss:// URL",
+            ));
+        }
         if let Some(db) = raw.redis_db.filter(|db| !(0..=1_000_000).contains(db)) {
             return Err(invalid("REDIS_DB", db, "use a database number such as 0"));
         }
@@ -415,6 +457,7 @@ impl Config {
             redis_url,
             redis_password: raw.redis_password.filter(|p| !p.is_empty()),
             redis_db: raw.redis_db,
+            redis_tls,
             prefix,
             status_prefix,
             ttl_jitter,

@@ -13,18 +13,17 @@
 //! - [`source`]: the MongoDB edge; [`sink`]: the Redis edge (pipelines,
 //!   retries, sweep);
 //! - [`rebuild`]: the full-rebuild pipeline and its summary;
-//! - [`generate`]: the deterministic production-shaped data set;
-//! - [`bench`]: the read-only / write-only measurements;
+//! - `dev` (cargo feature `dev`, never in the release image): the
+//!   deterministic data set, fixture loading and the benchmarks, driven by
+//!   the `cachewright-dev` binary;
 //! - [`cli`], [`progress`], [`table`], [`usage`]: operator-facing glue.
 
 pub mod admin;
-pub mod bench;
-pub mod bench_watch;
 pub mod cli;
 pub mod config;
+#[cfg(feature = "dev")]
+pub mod dev;
 pub mod docs;
-pub mod fixtures;
-pub mod generate;
 pub mod keys;
 pub mod model;
 pub mod plan;

@@ -4,7 +4,7 @@
 
 mod cmd;
 
-use cachewright::cli::{Cli, GlobalArgs, LogFormat};
+use cachewright::cli::Cli;
 use clap::Parser;
 use std::process::ExitCode;
 
@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     if std::env::var_os("CACHEWRIGHT_THP").is_none() {
         cachewright::usage::disable_transparent_huge_pages();
     }
-    init_logging(&cli.global);
+    cli.global.init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {
@@ -36,19 +36,5 @@ fn main() -> ExitCode {
             }
             ExitCode::from(code)
         }
-    }
-}
-
-fn init_logging(global: &GlobalArgs) {
-    use tracing_subscriber::EnvFilter;
-    let filter = global
-        .log
-        .clone()
-        .map(EnvFilter::new)
-        .unwrap_or_else(|| EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match global.log_format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.with_target(false).init(),
     }
 }

@@ -25,6 +25,20 @@ pub fn disable_transparent_huge_pages() {
     }
 }
 
+/// Raises the soft open-file limit to the hard one, so the HTTP
+/// connection limit, not the descriptor table, decides how many clients
+/// `serve` holds. Leaves the limit alone when it cannot be read.
+pub fn raise_open_file_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
 /// Peak resident set size in bytes (VmHWM), when the kernel says.
 pub fn peak_rss() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

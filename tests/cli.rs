@@ -6,7 +6,15 @@ mod common;
 use std::process::{Command, Output};
 
 fn cachewright(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cachewright"));
+    run(env!("CARGO_BIN_EXE_cachewright"), args, env)
+}
+
+fn cachewright_dev(args: &[&str], env: &[(&str, &str)]) -> Output {
+    run(env!("CARGO_BIN_EXE_cachewright-dev"), args, env)
+}
+
+fn run(bin: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(bin);
     cmd.args(args).env_remove("RUST_LOG");
     for var in [
         "MONGODB_URI",
@@ -31,15 +39,58 @@ fn text(out: &[u8]) -> String {
 
 #[test]
 fn every_command_has_help() {
-    for args in
-        [vec!["--help"], vec!["rebuild", "--help"], vec!["keys", "--help"], vec!["fixtures", "generate", "--help"]]
-    {
+    for args in [vec!["--help"], vec!["rebuild", "--help"], vec!["keys", "--help"], vec!["serve", "--help"]] {
         let out = cachewright(&args, &[]);
         assert!(out.status.success(), "{args:?}");
         assert!(text(&out.stdout).contains("Usage: cachewright"), "{args:?}");
     }
     let out = cachewright(&["--help"], &[]);
     assert!(text(&out.stdout).contains("Exit codes"));
+    for args in [vec!["fixtures", "generate", "--help"], vec!["bench", "--help"]] {
+        let out = cachewright_dev(&args, &[]);
+        assert!(out.status.success(), "{args:?}");
+        assert!(text(&out.stdout).contains("--yes"), "{args:?}");
+    }
+}
+
+/// The product binary has no tool that drops or rewrites collections.
+#[test]
+fn dev_tools_are_not_in_the_product_binary() {
+    for command in ["fixtures", "bench"] {
+        let out = cachewright(&[command, "--help"], &[]);
+        assert_eq!(out.status.code(), Some(2), "{command}");
+        assert!(text(&out.stderr).contains("unrecognized subcommand"), "{}", text(&out.stderr));
+    }
+}
+
+/// The development tools refuse a database holding documents unless
+/// given `--yes`, and then do their job.
+#[test]
+fn dev_tools_refuse_existing_data_without_yes() {
+    let s = common::shared();
+    let name = common::unique("clidev");
+    let env =
+        [("MONGODB_URI", s.mongo.uri()), ("MONGODB_DB", name.clone()), ("CACHEWRIGHT_PREFIX", format!("{name}:"))];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let fixtures = common::fixture_dir("edge-cases");
+    let fixtures = fixtures.to_str().unwrap();
+    let first = cachewright_dev(&["fixtures", "load", fixtures], &env);
+    assert_eq!(first.status.code(), Some(0), "an empty database needs no --yes: {}", text(&first.stderr));
+    for args in [
+        vec!["fixtures", "load", fixtures],
+        vec!["fixtures", "generate", "--videos", "10"],
+        vec!["bench"],
+        vec!["bench", "--watch"],
+    ] {
+        let out = cachewright_dev(&args, &env);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains("pass --yes"), "{}", text(&out.stderr));
+    }
+    let out = cachewright_dev(
+        &["fixtures", "generate", "--yes", "--videos", "10", "--channels", "2", "--categories", "3", "--tags", "5"],
+        &env,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
 #[test]

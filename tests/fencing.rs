@@ -17,8 +17,8 @@ use std::time::Duration;
 
 async fn generate(cfg: &Config, videos: usize, seed: u64) {
     let source = cachewright::source::Source::connect(cfg).await.unwrap();
-    let shape = cachewright::generate::Shape { channels: 10, categories: 100, tags: 400, videos };
-    cachewright::generate::generate(source.database(), &cfg.collections, shape, seed, |_| {}).await.unwrap();
+    let shape = cachewright::dev::generate::Shape { channels: 10, categories: 100, tags: 400, videos };
+    cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, seed, |_| {}).await.unwrap();
 }
 
 async fn get(url: &str, key: &str) -> Option<String> {

@@ -10,7 +10,7 @@ use mongodb::bson::RawDocumentBuf;
 fn planned(families: FamilySet) -> cachewright::rebuild::PlannedRun {
     let cfg = common::golden_config();
     let c = &cfg.collections;
-    let sets = cachewright::fixtures::read_dir(
+    let sets = cachewright::dev::fixtures::read_dir(
         &common::fixture_dir("edge-cases"),
         &[&c.channel, &c.category, &c.tag, &c.video],
     )

@@ -119,8 +119,8 @@ async fn readers_never_see_a_collection_key_missing_or_partial() {
     let name = common::unique("atomic");
     let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
     let source = cachewright::source::Source::connect(&cfg).await.unwrap();
-    let shape = cachewright::generate::Shape { channels: 3, categories: 4, tags: 20, videos: 3000 };
-    cachewright::generate::generate(source.database(), &cfg.collections, shape, 5, |_| {}).await.unwrap();
+    let shape = cachewright::dev::generate::Shape { channels: 3, categories: 4, tags: 20, videos: 3000 };
+    cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, 5, |_| {}).await.unwrap();
     rebuild(&cfg, &all(), &Progress::hidden()).await.expect("first rebuild");
 
     // The biggest category list: a reader polls it during more rebuilds.
@@ -171,8 +171,8 @@ async fn streaming_rebuild_writes_what_the_in_memory_planner_plans() {
     let name = common::unique("stream");
     let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
     let source = cachewright::source::Source::connect(&cfg).await.unwrap();
-    let shape = cachewright::generate::Shape { channels: 5, categories: 40, tags: 200, videos: 6000 };
-    cachewright::generate::generate(source.database(), &cfg.collections, shape, 9, |_| {}).await.unwrap();
+    let shape = cachewright::dev::generate::Shape { channels: 5, categories: 40, tags: 200, videos: 6000 };
+    cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, 9, |_| {}).await.unwrap();
     rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild");
 
     let c = &cfg.collections;

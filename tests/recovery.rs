@@ -10,8 +10,8 @@ use std::time::Duration;
 
 async fn generate(cfg: &cachewright::config::Config, videos: usize) {
     let source = cachewright::source::Source::connect(cfg).await.unwrap();
-    let shape = cachewright::generate::Shape { channels: 10, categories: 100, tags: 400, videos };
-    cachewright::generate::generate(source.database(), &cfg.collections, shape, 3, |_| {}).await.unwrap();
+    let shape = cachewright::dev::generate::Shape { channels: 10, categories: 100, tags: 400, videos };
+    cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, 3, |_| {}).await.unwrap();
 }
 
 /// Starts a rebuild whose Redis traffic goes through `proxy`, and waits

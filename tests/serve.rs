@@ -34,8 +34,12 @@ type Served = (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<Result<
 fn serve_here(cfg: &Config, schedules: &str, watch: bool, listener: tokio::net::TcpListener) -> Served {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let cfg = cfg.clone();
-    let opts =
-        ServeOptions { schedules: schedule::parse(schedules).unwrap(), watch, window: Duration::from_millis(50) };
+    let opts = ServeOptions {
+        schedules: schedule::parse(schedules).unwrap(),
+        watch,
+        window: Duration::from_millis(50),
+        http: Default::default(),
+    };
     let handle = tokio::spawn(async move {
         cachewright::serve::run(&cfg, opts, listener, async {
             let _ = stopped.await;
@@ -79,10 +83,13 @@ async fn http_endpoints_answer_and_health_fails_when_redis_is_down() {
     let name = common::unique("servehttp");
     let cfg = config(&mongo.uri(), &redis.url(), &name, "cw-http:", true);
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
-    let daily = "[[schedule]]\nname = \"daily\"\ncron = \"0 0 3 * * *\"\njob = \"rebuild\"\n";
+    // A daily rebuild, and a video refresh every two seconds so the scrape
+    // holds job figures (the fixtures' rejected documents among them).
+    let schedules = "[[schedule]]\nname = \"daily\"\ncron = \"0 0 3 * * *\"\njob = \"rebuild\"\n\
+        [[schedule]]\nname = \"videos\"\ncron = \"*/2 * * * * *\"\njob = \"refresh\"\nfamilies = [\"video\"]\n";
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let (stop, server) = serve_here(&cfg, daily, true, listener);
+    let (stop, server) = serve_here(&cfg, schedules, true, listener);
     // The watcher starts with a rebuild; wait for its job to be recorded.
     let mut conn = common::redis_conn(&redis.url()).await;
     for _ in 0..500 {
@@ -108,33 +115,96 @@ async fn http_endpoints_answer_and_health_fails_when_redis_is_down() {
         health,
         serde_json::json!({"status": "ok", "mongodb": "ok", "redis": "ok", "role": "leader", "problems": []})
     );
+    assert_eq!(get(addr, "/health/ready").await.0, 200);
+    let (status, body) = get(addr, "/health/live").await;
+    assert_eq!(status, 200, "{body}");
+    common::wait_for("a scheduled job to complete", Duration::from_secs(30), || async {
+        let body = get(addr, "/metrics").await.1;
+        body.lines().any(|l| {
+            l.starts_with("cachewright_job_runs_total{trigger=\"cron\",outcome=\"completed\"}") && !l.ends_with(" 0")
+        })
+    })
+    .await;
     let (status, body) = get(addr, "/metrics").await;
     assert_eq!(status, 200);
-    for metric in [
-        "cachewright_runs_total",
-        "cachewright_errors_total{edge=\"redis\"}",
-        "cachewright_changestream_lag_seconds",
-        "cachewright_changestream_last_event_age_seconds",
-        "cachewright_rejected_documents_total",
+    let rejected = "cachewright_rejected_documents_total{collection=\"VideoMedia\",reason=\"missing title\"}";
+    assert!(body.contains(rejected), "{body}");
+    for line in [
+        "cachewright_job_runs_total{trigger=\"cron\",outcome=\"failed\"} 0",
+        "cachewright_errors_total{edge=\"redis\"} 0",
+        "cachewright_leader 1",
+        "cachewright_dependency_up{dependency=\"redis\"} 1",
     ] {
-        assert!(body.contains(metric), "/metrics lacks {metric}:\n{body}");
+        assert!(body.lines().any(|l| l == line), "/metrics lacks {line:?}:\n{body}");
     }
+    common::ops::check_metrics_text(&body);
+    common::ops::assert_ops_metrics_exported(&body);
     let (status, body) = get(addr, "/status").await;
     assert_eq!(status, 200);
     let status_json: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(status_json["runs"][0]["trigger"], "change-stream");
+    let triggers: Vec<&str> =
+        status_json["runs"].as_array().unwrap().iter().filter_map(|r| r["trigger"].as_str()).collect();
+    assert!(triggers.contains(&"change-stream") && triggers.contains(&"cron"), "{triggers:?}");
     assert_eq!(status_json["current"]["service"], "cachewright serve");
     assert_eq!(get(addr, "/nope").await.0, 404);
     let heartbeat: String = redis::cmd("GET").arg("cw-http:health:current").query_async(&mut conn).await.unwrap();
     assert!(heartbeat.contains("cachewright serve"));
 
     redis.stop();
-    let (status, body) = get(addr, "/health").await;
+    let (status, body) = get(addr, "/health/ready").await;
     assert_eq!(status, 503, "{body}");
+    // Liveness does not depend on Redis: restarting the process would not help.
+    assert_eq!(get(addr, "/health/live").await.0, 200);
     let health: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(health["mongodb"], "ok");
     assert_ne!(health["redis"], "ok");
     redis.restart();
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(60), server).await.expect("serve stops").unwrap().expect("clean stop");
+}
+
+/// 2,000 clients that connect and send nothing, or half a request, hold
+/// no slot a readiness probe needs: each probe answers within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_open_connections_do_not_delay_readiness() {
+    let s = common::shared();
+    let name = common::unique("servehalf");
+    let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &format!("cw-{name}:"), true);
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let daily = "[[schedule]]\nname = \"daily\"\ncron = \"0 0 3 * * *\"\njob = \"rebuild\"\n";
+    let (stop, server) = serve_here(&cfg, daily, false, listener);
+    common::wait_for("serve to answer /health/ready", Duration::from_secs(30), || async {
+        get(addr, "/health/ready").await.0 == 200
+    })
+    .await;
+    let mut idle = Vec::new();
+    for i in 0..2000 {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        if i % 2 == 1 {
+            stream.write_all(b"GET /health/ready HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        }
+        idle.push(stream);
+    }
+    for _ in 0..5 {
+        let started = std::time::Instant::now();
+        let (status, body) = tokio::time::timeout(Duration::from_secs(5), get(addr, "/health/ready"))
+            .await
+            .expect("a readiness probe is answered despite 2,000 idle connections");
+        assert_eq!(status, 200, "{body}");
+        assert!(started.elapsed() < Duration::from_secs(1), "probe took {:?}", started.elapsed());
+    }
+    // The server closed the idle connections it evicted.
+    let mut closed = 0;
+    for stream in &mut idle[..100] {
+        let mut buf = [0u8; 64];
+        if let Ok(Ok(0)) = tokio::time::timeout(Duration::from_millis(200), stream.read(&mut buf)).await {
+            closed += 1;
+        }
+    }
+    assert!(closed > 0, "the oldest idle connections were evicted");
+    drop(idle);
     let _ = stop.send(());
     tokio::time::timeout(Duration::from_secs(60), server).await.expect("serve stops").unwrap().expect("clean stop");
 }
@@ -186,8 +256,8 @@ async fn sigterm_mid_rebuild_stops_cleanly() {
     let status = format!("cw-{name}:");
     let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &status, false);
     let source = cachewright::source::Source::connect(&cfg).await.unwrap();
-    let shape = cachewright::generate::Shape { channels: 5, categories: 50, tags: 200, videos: 60_000 };
-    cachewright::generate::generate(source.database(), &cfg.collections, shape, 2, |_| {}).await.unwrap();
+    let shape = cachewright::dev::generate::Shape { channels: 5, categories: 50, tags: 200, videos: 60_000 };
+    cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, 2, |_| {}).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("s.toml"),
@@ -251,8 +321,8 @@ async fn the_lease_is_taken_over_after_its_holder_is_killed() {
     let status = format!("cw-{name}:");
     let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &status, false);
     let source = cachewright::source::Source::connect(&cfg).await.unwrap();
-    let shape = cachewright::generate::Shape { channels: 5, categories: 50, tags: 200, videos: 60_000 };
-    cachewright::generate::generate(source.database(), &cfg.collections, shape, 3, |_| {}).await.unwrap();
+    let shape = cachewright::dev::generate::Shape { channels: 5, categories: 50, tags: 200, videos: 60_000 };
+    cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, 3, |_| {}).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let text = "[[schedule]]\nname = \"often\"\ncron = \"*/2 * * * * *\"\njob = \"rebuild\"\n";
     std::fs::write(dir.path().join("s.toml"), text).unwrap();
@@ -385,14 +455,16 @@ async fn a_stopped_leader_is_replaced_within_a_lease_ttl_and_returns_as_a_follow
     // The leader's watcher streams (its start-up rebuild done).
     let mut ready = false;
     for _ in 0..600 {
-        if tokio::net::TcpStream::connect(addr(leader)).await.is_ok() && get(addr(leader), "/health").await.0 == 200 {
+        if tokio::net::TcpStream::connect(addr(leader)).await.is_ok()
+            && get(addr(leader), "/health/ready").await.0 == 200
+        {
             ready = true;
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(ready, "the leader never became ready");
-    let (_, body) = get(addr(follower), "/health").await;
+    let (_, body) = get(addr(follower), "/health/ready").await;
     assert!(body.contains("\"role\":\"follower\""), "{body}");
 
     // Freeze the leader: the follower takes over within a lease TTL (plus
@@ -425,7 +497,7 @@ async fn a_stopped_leader_is_replaced_within_a_lease_ttl_and_returns_as_a_follow
     signal(&children[leader], "-CONT");
     let mut follows = false;
     for _ in 0..300 {
-        let (_, body) = get(addr(leader), "/health").await;
+        let (_, body) = get(addr(leader), "/health/ready").await;
         if body.contains("\"role\":\"follower\"") {
             follows = true;
             break;

@@ -130,8 +130,8 @@ async fn only_one_instance_rebuilds_and_a_lost_lease_stops_the_writes() {
 
     // Taken over mid-run: the run stops and is marked failed.
     let source = cachewright::source::Source::connect(&cfg).await.unwrap();
-    let shape = cachewright::generate::Shape { channels: 5, categories: 50, tags: 200, videos: 40_000 };
-    cachewright::generate::generate(source.database(), &cfg.collections, shape, 4, |_| {}).await.unwrap();
+    let shape = cachewright::dev::generate::Shape { channels: 5, categories: 50, tags: 200, videos: 40_000 };
+    cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, 4, |_| {}).await.unwrap();
     let run = {
         let cfg = cfg.clone();
         tokio::spawn(async move { rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await })

@@ -5,7 +5,7 @@
 mod common;
 
 use cachewright::config::{Config, RawConfig};
-use cachewright::generate::Rng;
+use cachewright::dev::generate::Rng;
 use cachewright::progress::Progress;
 use cachewright::rebuild::{RebuildOptions, rebuild};
 use cachewright::watch::{WatchMetrics, WatchOptions};

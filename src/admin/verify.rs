@@ -141,7 +141,7 @@ pub async fn verify(
     progress: &Progress,
 ) -> Result<VerifyReport, RunError> {
     let source = Source::connect(cfg).await?;
-    let sink = Sink::connect(cfg).await?;
+    let sink = Sink::connect_for(cfg, crate::sink::Access::Read).await?;
     let c = &cfg.collections;
     let [channels, categories, tags, videos] = source.read_four(cfg).await?;
     let ctx = plan_ctx(cfg, families);

@@ -2,8 +2,7 @@
 //! returns an exit code; [`exit_code`] maps the errors that escape to the
 //! exit-code contract in one place.
 
-mod bench;
-mod fixtures;
+mod acl;
 mod keys;
 mod memory;
 mod migrate;
@@ -35,10 +34,8 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let global = &cli.global;
     match &cli.command {
         Command::Keys(args) => keys::run(args),
+        Command::Acl(args) => acl::run(global, args),
         Command::Rebuild(args) => rebuild::run(global, args).await,
-        Command::Fixtures(FixturesCommand::Generate(args)) => fixtures::generate(global, args).await,
-        Command::Fixtures(FixturesCommand::Load(args)) => fixtures::load(global, args).await,
-        Command::Bench(args) => bench::run(global, args).await,
         Command::Migrate(args) => migrate::run(global, args).await,
         Command::Verify(args) => verify::run(global, args).await,
         Command::Memory(args) => memory::run(global, args).await,
@@ -73,5 +70,5 @@ pub fn families_or_usage(only: &[String]) -> Option<cachewright::plan::FamilySet
 }
 
 pub fn load_config(global: &GlobalArgs) -> Result<Config, ConfigError> {
-    Config::load(global.raw_config(), global.config.as_deref(), |k| std::env::var(k).ok())
+    global.load_config()
 }

@@ -35,12 +35,18 @@ pub async fn run(global: &GlobalArgs, args: &ServeArgs) -> anyhow::Result<ExitCo
     let listener = tokio::net::TcpListener::bind(&args.http)
         .await
         .with_context(|| format!("cannot listen on {} (set --http or CACHEWRIGHT_HTTP_ADDR)", args.http))?;
-    tracing::info!(http = %listener.local_addr()?, "http endpoints: /health /metrics /status");
+    tracing::info!(http = %listener.local_addr()?, "http endpoints: /health/live /health/ready /metrics /status");
     let opts = serve::ServeOptions {
         schedules,
         watch: !args.no_watch,
         window: std::time::Duration::from_millis(args.window_ms),
+        http: serve::http::Limits {
+            max_connections: args.http_max_connections.max(1),
+            header_timeout: std::time::Duration::from_secs(args.http_timeout.max(1)),
+            request_timeout: std::time::Duration::from_secs(args.http_timeout.max(1) * 3),
+        },
     };
+    cachewright::usage::raise_open_file_limit();
     serve::run(&cfg, opts, listener, shutdown_signal()).await.context("serve stopped with an error")?;
     Ok(ExitCode::SUCCESS)
 }

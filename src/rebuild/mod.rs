@@ -210,7 +210,7 @@ pub async fn read_catalog(
 /// Every batch, sweep deletion and status write is fenced by the lease's
 /// epoch. A dry run takes no lease and writes nothing.
 pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -> Result<RunSummary, RunError> {
-    let sink = Sink::connect(cfg).await?;
+    let sink = Sink::connect_for(cfg, crate::sink::Access::Write).await?;
     if opts.dry_run {
         return run_pipeline(cfg, opts, progress, &sink).await;
     }

@@ -1,140 +1,366 @@
-//! Prometheus metrics of a `serve` process.
+//! Prometheus metrics of a `serve` process, kept in a `prometheus-client`
+//! registry and encoded in the Prometheus text format (0.0.4).
+//!
+//! The set is documented in the README ("Metrics"); `ops/` holds a Grafana
+//! dashboard and alert rules over it, and a test checks that every metric
+//! they use is exported. Job metrics are updated as jobs end; the
+//! watcher's are read from its atomics at scrape time (a collector), and
+//! Redis's own figures are fetched by the `/metrics` handler just before
+//! encoding.
 
 use crate::rebuild::RunSummary;
 use crate::watch::WatchMetrics;
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::Mutex;
-use std::sync::atomic::Ordering;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-#[derive(Debug, Default)]
-pub struct ServeMetrics {
-    inner: Mutex<Inner>,
+/// Label pairs; every family here has a few fixed label names.
+type Labels = Vec<(&'static str, String)>;
+
+/// The content type of [`ServeMetrics::render`].
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Job durations span a 1 s count refresh to a 10-minute 500K rebuild.
+const JOB_BUCKETS: [f64; 12] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0];
+
+fn job_histogram() -> Histogram {
+    Histogram::new(JOB_BUCKETS)
 }
 
-#[derive(Debug, Default)]
-struct Inner {
-    runs: BTreeMap<(String, String), u64>,
-    duration: BTreeMap<String, f64>,
-    written: BTreeMap<String, u64>,
-    deleted: BTreeMap<String, u64>,
-    rejected: u64,
-    errors: BTreeMap<String, u64>,
-    skipped: BTreeMap<String, u64>,
-    leader: bool,
-    epoch: u64,
+/// Redis's own figures, read at scrape time.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct RedisStats {
+    pub used_memory: u64,
+    /// 0 when Redis has no limit.
+    pub maxmemory: u64,
+    pub keyspace_hits: u64,
+    pub keyspace_misses: u64,
+}
+
+impl RedisStats {
+    /// Reads the figures out of an `INFO memory` + `INFO stats` reply.
+    pub fn from_info(info: &str) -> RedisStats {
+        let field = |name| crate::sink::info_value(info, name).and_then(|v| v.parse().ok()).unwrap_or(0);
+        RedisStats {
+            used_memory: field("used_memory"),
+            maxmemory: field("maxmemory"),
+            keyspace_hits: field("keyspace_hits"),
+            keyspace_misses: field("keyspace_misses"),
+        }
+    }
+}
+
+pub struct ServeMetrics {
+    registry: Registry,
+    runs: Family<Labels, Counter>,
+    duration: Family<Labels, Histogram, fn() -> Histogram>,
+    written: Family<Labels, Counter>,
+    deleted: Family<Labels, Counter>,
+    rejected: Family<Labels, Counter>,
+    errors: Family<Labels, Counter>,
+    skipped: Family<Labels, Counter>,
+    last_success: Family<Labels, Gauge<f64, AtomicU64>>,
+    schedule_ttl: Family<Labels, Gauge>,
+    leader: Gauge,
+    epoch: Gauge,
+    up: Family<Labels, Gauge>,
+    redis: RedisCollector,
+}
+
+impl std::fmt::Debug for ServeMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeMetrics").finish_non_exhaustive()
+    }
 }
 
 impl ServeMetrics {
-    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
-        f(&mut self.inner.lock().unwrap_or_else(|e| e.into_inner()))
+    /// A registry with every `serve` metric; `watch` is the watcher's
+    /// atomics, read at each scrape.
+    pub fn new(watch: Arc<WatchMetrics>) -> ServeMetrics {
+        let mut registry = Registry::with_prefix("cachewright");
+        let m = ServeMetrics {
+            runs: Family::default(),
+            duration: Family::new_with_constructor(job_histogram as fn() -> Histogram),
+            written: Family::default(),
+            deleted: Family::default(),
+            rejected: Family::default(),
+            errors: Family::default(),
+            skipped: Family::default(),
+            last_success: Family::default(),
+            schedule_ttl: Family::default(),
+            leader: Gauge::default(),
+            epoch: Gauge::default(),
+            up: Family::default(),
+            redis: RedisCollector::default(),
+            registry: Registry::default(),
+        };
+        registry.register("job_runs", "Jobs run, by trigger and outcome (completed, failed)", m.runs.clone());
+        registry.register("job_duration_seconds", "Duration of jobs, by trigger and outcome", m.duration.clone());
+        registry.register("keys_written", "Keys written by jobs, by family", m.written.clone());
+        registry.register("keys_deleted", "Stale keys deleted by job sweeps, by family", m.deleted.clone());
+        registry.register(
+            "rejected_documents",
+            "Documents jobs rejected (counted and skipped), by collection and reason",
+            m.rejected.clone(),
+        );
+        registry.register("errors", "Failed jobs and leadership attempts, by edge", m.errors.clone());
+        registry.register(
+            "schedule_skipped",
+            "Fires skipped because the previous job was still running",
+            m.skipped.clone(),
+        );
+        registry.register(
+            "job_last_success_timestamp_seconds",
+            "Unix time of the schedule's last successful job (the process start until its first)",
+            m.last_success.clone(),
+        );
+        registry.register(
+            "schedule_ttl_seconds",
+            "The shortest TTL among the families a schedule refreshes",
+            m.schedule_ttl.clone(),
+        );
+        registry.register("leader", "1 while this instance holds the writer lease", m.leader.clone());
+        registry.register("leader_epoch", "The fencing epoch this instance last led under", m.epoch.clone());
+        registry.register(
+            "dependency_up",
+            "1 when the dependency (mongodb, redis) answered the last readiness check",
+            m.up.clone(),
+        );
+        registry.register(
+            "changestream_event_lag_seconds",
+            "Per applied batch: now minus the newest event's cluster time",
+            watch.lag_histogram.0.clone(),
+        );
+        // Series that alerts divide or compare exist from the start.
+        for edge in ["mongodb", "redis", "lease", "guard", "other"] {
+            let _ = m.errors.get_or_create(&vec![("edge", edge.to_string())]);
+        }
+        for outcome in ["completed", "failed"] {
+            let labels = vec![("trigger", "cron".to_string()), ("outcome", outcome.to_string())];
+            let _ = m.runs.get_or_create(&labels);
+            let _ = m.duration.get_or_create(&labels);
+        }
+        for family in crate::registry::FamilyId::ALL {
+            let labels = vec![("family", family.name().to_string())];
+            let _ = m.written.get_or_create(&labels);
+            let _ = m.deleted.get_or_create(&labels);
+        }
+        registry.register_collector(Box::new(WatchCollector(watch)));
+        registry.register_collector(Box::new(m.redis.clone()));
+        ServeMetrics { registry, ..m }
     }
 
-    pub fn completed(&self, trigger: &str, summary: &RunSummary) {
-        self.with(|m| {
-            *m.runs.entry((trigger.into(), "completed".into())).or_default() += 1;
-            m.duration.insert(trigger.into(), summary.duration.as_secs_f64());
-            for (f, n) in &summary.written {
-                *m.written.entry(f.name().into()).or_default() += n;
-            }
-            for (f, n) in &summary.deleted {
-                *m.deleted.entry(f.name().into()).or_default() += n;
-            }
-            m.rejected += summary.rejected_total();
-        });
+    /// Declares a schedule: its TTL bound, and "now" as the last success
+    /// so the staleness alert counts from the start of the process.
+    pub fn schedule(&self, name: &str, ttl_seconds: u64) {
+        let labels = vec![("schedule", name.to_string())];
+        let _ = self.skipped.get_or_create(&labels);
+        self.schedule_ttl.get_or_create(&labels).set(ttl_seconds as i64);
+        self.last_success.get_or_create(&labels).set(crate::status::unix_now() as f64);
     }
 
-    pub fn failed(&self, trigger: &str, edge: &str) {
-        self.with(|m| {
-            *m.runs.entry((trigger.into(), "failed".into())).or_default() += 1;
-            *m.errors.entry(edge.into()).or_default() += 1;
-        });
+    pub fn completed(&self, trigger: &str, schedule: &str, summary: &RunSummary) {
+        let labels = vec![("trigger", trigger.to_string()), ("outcome", "completed".to_string())];
+        self.runs.get_or_create(&labels).inc();
+        self.duration.get_or_create(&labels).observe(summary.duration.as_secs_f64());
+        for (f, n) in &summary.written {
+            self.written.get_or_create(&vec![("family", f.name().to_string())]).inc_by(*n);
+        }
+        for (f, n) in &summary.deleted {
+            self.deleted.get_or_create(&vec![("family", f.name().to_string())]).inc_by(*n);
+        }
+        for (collection, report) in &summary.collections {
+            for (reason, count) in &report.rejected {
+                let labels = vec![("collection", collection.clone()), ("reason", reason.to_string())];
+                self.rejected.get_or_create(&labels).inc_by(count.count);
+            }
+        }
+        self.last_success
+            .get_or_create(&vec![("schedule", schedule.to_string())])
+            .set(crate::status::unix_now() as f64);
+    }
+
+    pub fn failed(&self, trigger: &str, edge: &str, took: std::time::Duration) {
+        let labels = vec![("trigger", trigger.to_string()), ("outcome", "failed".to_string())];
+        self.runs.get_or_create(&labels).inc();
+        self.duration.get_or_create(&labels).observe(took.as_secs_f64());
+        self.error(edge);
+    }
+
+    /// Counts a failure at an edge (mongodb, redis, lease, guard, other).
+    pub fn error(&self, edge: &str) {
+        self.errors.get_or_create(&vec![("edge", edge.to_string())]).inc();
     }
 
     /// Records whether this instance leads, and under which epoch.
     pub fn leadership(&self, leader: bool, epoch: u64) {
-        self.with(|m| {
-            m.leader = leader;
-            m.epoch = epoch;
-        });
+        self.leader.set(i64::from(leader));
+        self.epoch.set(epoch as i64);
     }
 
     pub fn skipped(&self, schedule: &str) {
-        self.with(|m| *m.skipped.entry(schedule.into()).or_default() += 1);
+        self.skipped.get_or_create(&vec![("schedule", schedule.to_string())]).inc();
     }
 
-    /// Prometheus text exposition.
-    pub fn render(&self, watch: Option<&WatchMetrics>) -> String {
+    /// Whether a dependency answered the last readiness check.
+    pub fn dependency(&self, name: &str, up: bool) {
+        self.up.get_or_create(&vec![("dependency", name.to_string())]).set(i64::from(up));
+    }
+
+    /// Redis's figures as last read; `None` when Redis did not answer (the
+    /// Redis metrics are then left out of the scrape).
+    pub fn redis_stats(&self, stats: Option<RedisStats>) {
+        *self.redis.0.lock().unwrap_or_else(|e| e.into_inner()) = stats;
+    }
+
+    /// Prometheus text exposition (format 0.0.4).
+    pub fn render(&self) -> String {
         let mut out = String::new();
-        self.with(|m| {
-            out.push_str("# HELP cachewright_runs_total Runs by trigger and outcome.\n# TYPE cachewright_runs_total counter\n");
-            for ((trigger, outcome), n) in &m.runs {
-                let _ = writeln!(out, "cachewright_runs_total{{trigger=\"{trigger}\",outcome=\"{outcome}\"}} {n}");
-            }
-            out.push_str("# HELP cachewright_run_duration_seconds Duration of the last completed run by trigger.\n# TYPE cachewright_run_duration_seconds gauge\n");
-            for (trigger, s) in &m.duration {
-                let _ = writeln!(out, "cachewright_run_duration_seconds{{trigger=\"{trigger}\"}} {s}");
-            }
-            out.push_str("# HELP cachewright_keys_written_total Keys written by family.\n# TYPE cachewright_keys_written_total counter\n");
-            for (f, n) in &m.written {
-                let _ = writeln!(out, "cachewright_keys_written_total{{family=\"{f}\"}} {n}");
-            }
-            out.push_str("# HELP cachewright_keys_deleted_total Stale keys deleted by family.\n# TYPE cachewright_keys_deleted_total counter\n");
-            for (f, n) in &m.deleted {
-                let _ = writeln!(out, "cachewright_keys_deleted_total{{family=\"{f}\"}} {n}");
-            }
-            out.push_str("# HELP cachewright_rejected_documents_total Documents rejected by rebuilds.\n# TYPE cachewright_rejected_documents_total counter\n");
-            let _ = writeln!(out, "cachewright_rejected_documents_total {}", m.rejected);
-            out.push_str("# HELP cachewright_errors_total Errors by edge.\n# TYPE cachewright_errors_total counter\n");
-            for edge in ["mongodb", "redis", "lease", "guard", "other"] {
-                let _ = writeln!(out, "cachewright_errors_total{{edge=\"{edge}\"}} {}", m.errors.get(edge).copied().unwrap_or(0));
-            }
-            out.push_str("# HELP cachewright_leader Whether this instance holds the writer lease.\n# TYPE cachewright_leader gauge\n");
-            let _ = writeln!(out, "cachewright_leader {}", u8::from(m.leader));
-            out.push_str("# HELP cachewright_leader_epoch The fencing epoch this instance last led under.\n# TYPE cachewright_leader_epoch gauge\n");
-            let _ = writeln!(out, "cachewright_leader_epoch {}", m.epoch);
-            out.push_str("# HELP cachewright_schedule_skipped_total Fires skipped because the job was still running or another instance held the lease.\n# TYPE cachewright_schedule_skipped_total counter\n");
-            for (s, n) in &m.skipped {
-                let _ = writeln!(out, "cachewright_schedule_skipped_total{{schedule=\"{s}\"}} {n}");
-            }
-        });
-        if let Some(w) = watch {
-            out.push_str("# HELP cachewright_changestream_events_total Change events applied by collection.\n# TYPE cachewright_changestream_events_total counter\n");
-            for (name, slot) in ["Channel", "Category", "Tag", "VideoMedia"].iter().zip(&w.applied) {
-                let _ = writeln!(
-                    out,
-                    "cachewright_changestream_events_total{{collection=\"{name}\"}} {}",
-                    slot.load(Ordering::Relaxed)
-                );
-            }
-            out.push_str("# HELP cachewright_changestream_lag_seconds Now minus the newest applied event's cluster time.\n# TYPE cachewright_changestream_lag_seconds gauge\n");
-            let _ = writeln!(
-                out,
-                "cachewright_changestream_lag_seconds {}",
-                w.lag_ms.load(Ordering::Relaxed) as f64 / 1000.0
-            );
-            out.push_str("# HELP cachewright_changestream_last_event_age_seconds Seconds since the last applied event.\n# TYPE cachewright_changestream_last_event_age_seconds gauge\n");
-            let _ =
-                writeln!(out, "cachewright_changestream_last_event_age_seconds {}", w.last_event_age().unwrap_or(-1.0));
-            out.push_str("# HELP cachewright_changestream_streaming Whether the watcher is streaming.\n# TYPE cachewright_changestream_streaming gauge\n");
-            let _ =
-                writeln!(out, "cachewright_changestream_streaming {}", u8::from(w.streaming.load(Ordering::Relaxed)));
-            out.push_str("# HELP cachewright_changestream_rebuilds_total Full rebuilds the watcher triggered.\n# TYPE cachewright_changestream_rebuilds_total counter\n");
-            let _ = writeln!(out, "cachewright_changestream_rebuilds_total {}", w.rebuilds.load(Ordering::Relaxed));
-            out.push_str("# HELP cachewright_changestream_rejected_total Documents the watcher rejected and change events it could not use, by collection and reason.\n# TYPE cachewright_changestream_rejected_total counter\n");
-            for ((collection, reason), (n, _)) in w.problems.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-                let reason = reason.replace('\\', "\\\\").replace('"', "\\\"");
-                let _ = writeln!(
-                    out,
-                    "cachewright_changestream_rejected_total{{collection=\"{collection}\",reason=\"{reason}\"}} {n}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "# HELP cachewright_errors_changestream_total Change stream failures.\n# TYPE cachewright_errors_changestream_total counter\ncachewright_errors_changestream_total {}",
-                w.stream_errors.load(Ordering::Relaxed)
-            );
-        }
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+fn counter(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> std::fmt::Result {
+    ConstCounter::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Counter)?)
+}
+
+fn gauge<N>(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: N) -> std::fmt::Result
+where
+    ConstGauge<N>: EncodeMetric,
+{
+    ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)
+}
+
+/// The watcher's figures, read from its atomics at each scrape.
+#[derive(Debug)]
+struct WatchCollector(Arc<WatchMetrics>);
+
+impl Collector for WatchCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let w = &self.0;
+        let mut family = encoder.encode_descriptor(
+            "changestream_events",
+            "Change events applied, by collection",
+            None,
+            MetricType::Counter,
+        )?;
+        for (name, slot) in ["Channel", "Category", "Tag", "VideoMedia"].iter().zip(&w.applied) {
+            let labels = [("collection", *name)];
+            ConstCounter::new(slot.load(Ordering::Relaxed)).encode(family.encode_family(&labels)?)?;
+        }
+        gauge(
+            &mut encoder,
+            "changestream_lag_seconds",
+            "Now minus the newest applied event's cluster time, at its application",
+            w.lag_ms.load(Ordering::Relaxed) as f64 / 1000.0,
+        )?;
+        gauge(
+            &mut encoder,
+            "changestream_last_event_age_seconds",
+            "Seconds since the watcher last applied an event (-1 before the first)",
+            w.last_event_age().unwrap_or(-1.0),
+        )?;
+        gauge(
+            &mut encoder,
+            "changestream_streaming",
+            "1 while the watcher's change streams are open and applied",
+            i64::from(w.is_streaming()),
+        )?;
+        counter(
+            &mut encoder,
+            "changestream_rebuilds",
+            "Full rebuilds the watcher triggered",
+            w.rebuilds.load(Ordering::Relaxed),
+        )?;
+        counter(
+            &mut encoder,
+            "changestream_errors",
+            "Change stream failures (the watcher reopens from its saved tokens)",
+            w.stream_errors.load(Ordering::Relaxed),
+        )?;
+        let problems = w.problems.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut family = encoder.encode_descriptor(
+            "changestream_rejected",
+            "Documents the watcher rejected and change events it could not use, by collection and reason",
+            None,
+            MetricType::Counter,
+        )?;
+        for ((collection, reason), (n, _)) in &problems {
+            let labels = [("collection", collection.as_str()), ("reason", reason.as_str())];
+            ConstCounter::new(*n).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Redis's figures as the `/metrics` handler last read them.
+#[derive(Debug, Default, Clone)]
+struct RedisCollector(Arc<Mutex<Option<RedisStats>>>);
+
+impl Collector for RedisCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let Some(stats) = *self.0.lock().unwrap_or_else(|e| e.into_inner()) else { return Ok(()) };
+        gauge(&mut encoder, "redis_used_memory_bytes", "Redis INFO used_memory", stats.used_memory as i64)?;
+        gauge(&mut encoder, "redis_maxmemory_bytes", "Redis INFO maxmemory (0: no limit)", stats.maxmemory as i64)?;
+        counter(
+            &mut encoder,
+            "redis_keyspace_hits",
+            "Redis INFO keyspace_hits: reads that found their key",
+            stats.keyspace_hits,
+        )?;
+        counter(
+            &mut encoder,
+            "redis_keyspace_misses",
+            "Redis INFO keyspace_misses: reads that found no key",
+            stats.keyspace_misses,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_documented_family() {
+        let watch = Arc::new(WatchMetrics::default());
+        let m = ServeMetrics::new(watch.clone());
+        m.schedule("counts", 3600);
+        m.failed("cron", "redis", std::time::Duration::from_millis(20));
+        m.leadership(true, 7);
+        m.redis_stats(Some(RedisStats { used_memory: 10, maxmemory: 0, keyspace_hits: 3, keyspace_misses: 1 }));
+        watch.lag_histogram.observe(0.3);
+        let text = m.render();
+        for line in [
+            "cachewright_job_runs_total{trigger=\"cron\",outcome=\"failed\"} 1",
+            "cachewright_errors_total{edge=\"redis\"} 1",
+            "cachewright_leader 1",
+            "cachewright_leader_epoch 7",
+            "cachewright_schedule_ttl_seconds{schedule=\"counts\"} 3600",
+            "cachewright_redis_keyspace_hits_total 3",
+            "cachewright_changestream_event_lag_seconds_count 1",
+            "cachewright_changestream_streaming 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+        assert!(text.contains("# TYPE cachewright_job_duration_seconds histogram"), "{text}");
+    }
+
+    #[test]
+    fn redis_figures_come_from_info() {
+        let info = "# Memory\r\nused_memory:1024\r\nmaxmemory:0\r\n# Stats\r\nkeyspace_hits:9\r\nkeyspace_misses:2\r\n";
+        assert_eq!(
+            RedisStats::from_info(info),
+            RedisStats { used_memory: 1024, maxmemory: 0, keyspace_hits: 9, keyspace_misses: 2 }
+        );
     }
 }

@@ -45,6 +45,7 @@ pub struct ServeOptions {
     pub schedules: Vec<Schedule>,
     pub watch: bool,
     pub window: Duration,
+    pub http: http::Limits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +60,10 @@ pub enum ServeError {
 
 /// How long shutdown waits for the current batch and the watcher.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// `/health/live` fails when the liveness task has not ticked for this
+/// long (it ticks every second).
+const LIVENESS_STALE_SECONDS: u64 = 30;
 
 fn edge_of(err: &RunError) -> &'static str {
     match err {
@@ -105,6 +110,12 @@ pub(crate) struct Shared {
     /// The leader's fenced sink, for the heartbeat; `None` on a follower.
     leader_sink: Mutex<Option<Sink>>,
     started_at: u64,
+    /// Unix seconds of the last tick of the liveness task: a runtime that
+    /// no longer schedules tasks stops updating it.
+    alive_at: std::sync::atomic::AtomicU64,
+    /// Per schedule: the interval between its fires and the unix time of
+    /// its last success (the start until its first), for readiness.
+    schedule_state: Mutex<std::collections::BTreeMap<String, (u64, u64)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -165,7 +176,53 @@ impl Shared {
                 job.error.as_deref().unwrap_or_default()
             ));
         }
+        if leader {
+            problems.extend(self.overdue_jobs(crate::status::unix_now()));
+        }
         problems
+    }
+
+    /// The schedules whose last job failed and whose last success is
+    /// older than their interval: a failed job is tolerated until the
+    /// next fire should have refreshed what it missed.
+    fn overdue_jobs(&self, now: u64) -> Vec<String> {
+        let last = lock(&self.last_job).clone();
+        let state = lock(&self.schedule_state);
+        state
+            .iter()
+            .filter(|(name, (interval, ok_at))| {
+                let failed = last.as_ref().is_some_and(|j| &j.schedule == *name && !j.ok);
+                failed && now.saturating_sub(*ok_at) > *interval
+            })
+            .map(|(name, (interval, ok_at))| {
+                format!(
+                    "schedule {name} has not succeeded for {}s (interval {interval}s); its last job failed",
+                    now.saturating_sub(*ok_at)
+                )
+            })
+            .collect()
+    }
+
+    /// `/health/live`: the runtime still runs the liveness task.
+    fn live(&self) -> Response {
+        let age = crate::status::unix_now().saturating_sub(self.alive_at.load(Ordering::Relaxed));
+        let ok = age <= LIVENESS_STALE_SECONDS;
+        let body = serde_json::json!({
+            "status": if ok { "ok" } else { "stalled" },
+            "seconds_since_tick": age,
+        });
+        Response::json(if ok { 200 } else { 503 }, &body)
+    }
+
+    /// `/metrics`: Redis's figures are read first, within a second.
+    async fn metrics(&self) -> Response {
+        let info = tokio::time::timeout(Duration::from_secs(1), self.sink.info("memory", "stats")).await;
+        let stats = match info {
+            Ok(Ok(info)) => Some(metrics::RedisStats::from_info(&info)),
+            _ => None,
+        };
+        self.metrics.redis_stats(stats);
+        Response { status: 200, content_type: metrics::CONTENT_TYPE, body: self.metrics.render() }
     }
 
     async fn health(&self) -> Response {
@@ -181,6 +238,8 @@ impl Shared {
             Ok(Err(err)) => err.to_string(),
             Err(_) => "no answer within 2s".to_string(),
         };
+        self.metrics.dependency("mongodb", mongo == "ok");
+        self.metrics.dependency("redis", redis == "ok");
         let problems = self.problems();
         let ok = mongo == "ok" && redis == "ok" && problems.is_empty();
         let role = lock(&self.role).clone();
@@ -206,10 +265,11 @@ fn handler(shared: Arc<Shared>) -> Handler {
         let shared = shared.clone();
         Box::pin(async move {
             match path.as_str() {
-                "/health" => shared.health().await,
-                "/metrics" => Response::text(200, shared.metrics.render(Some(&shared.watch_metrics))),
+                "/health/live" => shared.live(),
+                "/health/ready" | "/health" => shared.health().await,
+                "/metrics" => shared.metrics().await,
                 "/status" => shared.status().await,
-                _ => Response::text(404, "try /health, /metrics or /status\n".into()),
+                _ => Response::text(404, "try /health/live, /health/ready, /metrics or /status\n".into()),
             }
         })
     })
@@ -232,12 +292,20 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     schedule::check_coverage(&opts.schedules, &cfg.ttl, Utc::now())?;
+    let watch_metrics = Arc::new(WatchMetrics::default());
+    let started_at = crate::status::unix_now();
+    let metrics = ServeMetrics::new(watch_metrics.clone());
+    let mut schedule_state = std::collections::BTreeMap::new();
+    for s in &opts.schedules {
+        metrics.schedule(&s.name, s.shortest_ttl(&cfg.ttl));
+        schedule_state.insert(s.name.clone(), (s.interval_seconds(Utc::now()), started_at));
+    }
     let shared = Arc::new(Shared {
         cfg: cfg.clone(),
         source: Source::connect(cfg).await?,
-        sink: Sink::connect(cfg).await?,
-        metrics: ServeMetrics::default(),
-        watch_metrics: Arc::new(WatchMetrics::default()),
+        sink: Sink::connect_for(cfg, crate::sink::Access::Write).await?,
+        metrics,
+        watch_metrics,
         watch_enabled: opts.watch,
         watcher: Default::default(),
         carry: Default::default(),
@@ -245,13 +313,23 @@ pub async fn run(
         role: Mutex::new(Role::default()),
         last_job: Mutex::new(None),
         leader_sink: Mutex::new(None),
-        started_at: crate::status::unix_now(),
+        started_at,
+        alive_at: started_at.into(),
+        schedule_state: Mutex::new(schedule_state),
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let http = tokio::spawn(http::serve(listener, handler(shared.clone()), stopped(stop_rx.clone())));
+    let http = tokio::spawn(http::serve(listener, handler(shared.clone()), opts.http, stopped(stop_rx.clone())));
+    let liveness = {
+        let (shared, mut rx) = (shared.clone(), stop_rx.clone());
+        tokio::spawn(async move {
+            while tokio::time::timeout(Duration::from_secs(1), rx.wait_for(|s| *s)).await.is_err() {
+                shared.alive_at.store(crate::status::unix_now(), Ordering::Relaxed);
+            }
+        })
+    };
     let heartbeat = {
         let (shared, rx) = (shared.clone(), stop_rx.clone());
         tokio::spawn(async move {
@@ -291,7 +369,7 @@ pub async fn run(
             Ok(lease) => lease,
             Err(err) => {
                 tracing::error!(error = %err, "cannot take part in leadership; retrying");
-                shared.metrics.failed("leadership", "redis");
+                shared.metrics.error("redis");
                 tokio::select! {
                     _ = &mut shutdown => break,
                     _ = tokio::time::sleep(ttl) => continue,
@@ -320,6 +398,7 @@ pub async fn run(
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, http).await;
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, heartbeat).await;
+    let _ = liveness.await;
     tracing::info!("serve stopped");
     Ok(())
 }
@@ -424,6 +503,7 @@ async fn run_job(
     }
     .trigger(Trigger::Cron);
     tracing::info!(schedule = %schedule.name, "scheduled job started");
+    let started = std::time::Instant::now();
     let progress = Progress::hidden();
     let job = rebuild(cfg, &run_opts, &progress);
     tokio::pin!(job);
@@ -455,12 +535,15 @@ async fn run_job(
                 let keys = crate::keys::Keys::new(cfg.prefix.clone());
                 carry.after_job(&keys, schedule.families(), &summary.kept_names);
             }
-            shared.metrics.completed("cron", &summary);
+            shared.metrics.completed("cron", &schedule.name, &summary);
+            if let Some(state) = lock(&shared.schedule_state).get_mut(&schedule.name) {
+                state.1 = crate::status::unix_now();
+            }
             *lock(&shared.last_job) = Some(record(true, false, None));
         }
         Err(err) => {
             tracing::error!(schedule = %schedule.name, error = %err, "scheduled job failed");
-            shared.metrics.failed("cron", edge_of(&err));
+            shared.metrics.failed("cron", edge_of(&err), started.elapsed());
             // What a failed job wrote is unknown: the watcher starts over.
             *lock(&shared.carry) = None;
             let refused = matches!(err, RunError::Guard(_));

@@ -117,6 +117,25 @@ impl Schedule {
         self.cron.after(&now).next()
     }
 
+    /// The longest gap between fires over the next eight days, in
+    /// seconds (a day when the schedule never fires again).
+    pub fn interval_seconds(&self, now: DateTime<Utc>) -> u64 {
+        self.max_gap(now, ChronoDuration::days(8)).map(|g| g.max(1) as u64).unwrap_or(86_400)
+    }
+
+    /// The shortest TTL among the families this schedule refreshes: the
+    /// age past which its keys may have expired unrefreshed.
+    pub fn shortest_ttl(&self, ttl: &TierSeconds) -> u64 {
+        let families = self.families();
+        Registry::get()
+            .families()
+            .iter()
+            .filter(|f| families.contains(f.id))
+            .map(|f| ttl.get(f.tier))
+            .min()
+            .unwrap_or(ttl.count)
+    }
+
     /// The longest time between consecutive fires within `horizon` from
     /// `from`, in seconds.
     pub fn max_gap(&self, from: DateTime<Utc>, horizon: ChronoDuration) -> Option<i64> {

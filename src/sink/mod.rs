@@ -1,6 +1,7 @@
 //! The Redis edge: pipelined, atomic writes with tier TTLs and jitter,
 //! retries with backoff, and the sweep of keys a rebuild did not produce.
 
+pub mod acl;
 mod inspect;
 pub mod jobs;
 pub mod lease;
@@ -11,6 +12,7 @@ mod state;
 mod sweep;
 mod writer;
 
+pub use acl::Access;
 pub use inspect::{Inspected, Observed};
 pub use lease::{Fence, Lease, LeaseError};
 pub use pipeline::{build_change_pipeline, build_pipeline, ttl_with_jitter};
@@ -26,6 +28,10 @@ use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
+    #[error("the Redis user lacks permissions this command needs, so nothing was written: {}; {grant}", denied.join("; "))]
+    Permission { denied: Vec<String>, grant: String },
+    #[error("cannot read {what} file {path}: {reason} (it must be a readable PEM file)")]
+    TlsFile { what: String, path: String, reason: String },
     #[error(
         "cannot connect to Redis at {url}: {source} (check REDIS_URL / REDIS_PASSWORD and that the server is running)"
     )]
@@ -66,7 +72,11 @@ impl SinkError {
             SinkError::Connect { source, .. } | SinkError::Write { source, .. } | SinkError::Scan { source, .. } => {
                 is_retriable(source)
             }
-            SinkError::LeaseLost | SinkError::Fenced { .. } | SinkError::Stopped => false,
+            SinkError::LeaseLost
+            | SinkError::Fenced { .. }
+            | SinkError::Stopped
+            | SinkError::TlsFile { .. }
+            | SinkError::Permission { .. } => false,
         }
     }
 }
@@ -113,7 +123,25 @@ pub fn client(cfg: &Config) -> Result<redis::Client, SinkError> {
         settings = settings.set_db(db);
     }
     info = info.set_redis_settings(settings);
-    redis::Client::open(info).map_err(connect_err)
+    if !cfg.redis_tls.is_set() {
+        return redis::Client::open(info).map_err(connect_err);
+    }
+    let read = |path: &std::path::Path, what: &str| {
+        std::fs::read(path).map_err(|e| SinkError::TlsFile {
+            what: what.to_string(),
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })
+    };
+    let root_cert = cfg.redis_tls.ca.as_deref().map(|p| read(p, "REDIS_TLS_CA")).transpose()?;
+    let client_tls = match (&cfg.redis_tls.cert, &cfg.redis_tls.key) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read(cert, "REDIS_TLS_CERT")?,
+            client_key: read(key, "REDIS_TLS_KEY")?,
+        }),
+        _ => None,
+    };
+    redis::Client::build_with_tls(info, redis::TlsCertificates { client_tls, root_cert }).map_err(connect_err)
 }
 
 impl Sink {
@@ -150,6 +178,14 @@ impl Sink {
             jitter: cfg.ttl_jitter,
             retry: RetryPolicy::default(),
         })
+    }
+
+    /// Connects, then checks that the user may do what `access` needs
+    /// (see [`acl`]), before the caller writes anything.
+    pub async fn connect_for(cfg: &Config, access: Access) -> Result<Sink, SinkError> {
+        let sink = Sink::connect(cfg).await?;
+        sink.check_access(cfg, access).await?;
+        Ok(sink)
     }
 
     /// The same sink with every write fenced by `fence`'s epoch.

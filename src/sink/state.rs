@@ -66,6 +66,17 @@ impl Sink {
         self.send(pipe).await
     }
 
+    /// `INFO` of two sections in one reply.
+    pub async fn info(&self, first: &str, second: &str) -> Result<String, SinkError> {
+        let mut conn = self.connection();
+        redis::cmd("INFO")
+            .arg(first)
+            .arg(second)
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| SinkError::Scan { attempts: 1, source })
+    }
+
     /// A field of `INFO section` (e.g. `used_memory` of `memory`).
     pub async fn info_field(&self, section: &str, field: &str) -> Result<Option<String>, SinkError> {
         let mut conn = self.connection();

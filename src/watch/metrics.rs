@@ -8,6 +8,8 @@ pub type Problems = std::collections::BTreeMap<(String, String), (u64, Vec<Strin
 
 #[derive(Debug, Default)]
 pub struct WatchMetrics {
+    /// Per applied batch, now − the newest event's cluster time (seconds).
+    pub lag_histogram: LagHistogram,
     /// Events applied per collection (Channel, Category, Tag, VideoMedia).
     pub applied: [AtomicU64; 4],
     pub batches: AtomicU64,
@@ -31,6 +33,27 @@ pub struct WatchMetrics {
     /// Documents rejected and events unusable while streaming, by
     /// collection and reason, with a few sample ids.
     pub problems: std::sync::Mutex<Problems>,
+}
+
+/// The lag histogram, bucketed around the watcher's 200 ms window: a
+/// cluster time has one-second resolution, so most batches land between
+/// 0 and 1 s.
+#[derive(Debug, Clone)]
+pub struct LagHistogram(pub prometheus_client::metrics::histogram::Histogram);
+
+impl Default for LagHistogram {
+    fn default() -> Self {
+        LagHistogram(prometheus_client::metrics::histogram::Histogram::new([
+            0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0,
+        ]))
+    }
+}
+
+impl std::ops::Deref for LagHistogram {
+    type Target = prometheus_client::metrics::histogram::Histogram;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 fn now_ms() -> u64 {
@@ -106,7 +129,9 @@ impl WatchMetrics {
         self.last_applied_at_ms.store(now, Ordering::Relaxed);
         if newest_cluster_time > 0 {
             self.last_event_cluster_time.store(u64::from(newest_cluster_time), Ordering::Relaxed);
-            self.lag_ms.store(now.saturating_sub(u64::from(newest_cluster_time) * 1000), Ordering::Relaxed);
+            let lag_ms = now.saturating_sub(u64::from(newest_cluster_time) * 1000);
+            self.lag_ms.store(lag_ms, Ordering::Relaxed);
+            self.lag_histogram.observe(lag_ms as f64 / 1000.0);
         }
         tracing::info!(
             events = total,

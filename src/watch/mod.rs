@@ -134,7 +134,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), WatchError> {
     tokio::pin!(shutdown);
-    let sink = Sink::connect(cfg).await?;
+    let sink = Sink::connect_for(cfg, crate::sink::Access::Write).await?;
     let status = StatusKeys::new(cfg.status_prefix.clone());
     let ttl = Duration::from_secs(cfg.lease_seconds);
     loop {
@@ -172,7 +172,7 @@ pub async fn run_fenced(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), WatchError> {
     tokio::pin!(shutdown);
-    let sink = Sink::connect(cfg).await?.fenced(fence.clone());
+    let sink = Sink::connect_for(cfg, crate::sink::Access::Write).await?.fenced(fence.clone());
     let source = Source::connect(cfg).await?;
     let status = StatusKeys::new(cfg.status_prefix.clone());
     let ctx = plan_ctx(cfg, FamilySet::all());

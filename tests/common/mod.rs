@@ -2,6 +2,7 @@
 //! fixture loading and Redis dumps.
 #![allow(dead_code)]
 
+pub mod ops;
 pub mod proxy;
 pub mod render;
 pub mod servers;
@@ -68,10 +69,10 @@ pub fn golden_config() -> Config {
 
 pub async fn load_fixtures(cfg: &Config, dir: &Path) {
     let c = &cfg.collections;
-    let sets =
-        cachewright::fixtures::read_dir(dir, &[&c.channel, &c.category, &c.tag, &c.video]).expect("fixtures parse");
+    let sets = cachewright::dev::fixtures::read_dir(dir, &[&c.channel, &c.category, &c.tag, &c.video])
+        .expect("fixtures parse");
     let source = cachewright::source::Source::connect(cfg).await.expect("mongo reachable");
-    cachewright::fixtures::load(source.database(), &sets).await.expect("fixtures load");
+    cachewright::dev::fixtures::load(source.database(), &sets).await.expect("fixtures load");
 }
 
 pub async fn redis_conn(url: &str) -> redis::aio::MultiplexedConnection {
@@ -162,4 +163,18 @@ pub async fn edge_case_cache(tag: &str) -> Config {
     .await
     .expect("first rebuild");
     cfg
+}
+
+/// Waits until `check` holds, polling every 20 ms; panics with `what`
+/// after `timeout`.
+pub async fn wait_for<F, Fut>(what: &str, timeout: std::time::Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    while !check().await {
+        assert!(std::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }

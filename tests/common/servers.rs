@@ -56,20 +56,53 @@ fn binary(name: &str, env_var: &str, install: &str) -> PathBuf {
 pub struct Redis {
     pub port: u16,
     child: Option<Child>,
+    /// Arguments beyond port and persistence (TLS, ACL users).
+    extra: Vec<String>,
+    tls: bool,
 }
 
 impl Redis {
     pub fn start() -> Redis {
+        Redis::start_with(Vec::new())
+    }
+
+    /// A Redis with extra arguments, such as `--user` rules.
+    pub fn start_with(extra: Vec<String>) -> Redis {
         let port = free_port();
-        let mut redis = Redis { port, child: None };
+        let mut redis = Redis { port, child: None, extra, tls: false };
+        redis.launch();
+        redis
+    }
+
+    /// A Redis that speaks TLS only, on its port, with the given
+    /// server certificate, key and the CA it trusts for client
+    /// certificates (which it then requires).
+    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path, ca: &std::path::Path) -> Redis {
+        let port = free_port();
+        let path = |p: &std::path::Path| p.display().to_string();
+        let extra = vec![
+            "--tls-port".into(),
+            port.to_string(),
+            "--tls-cert-file".into(),
+            path(cert),
+            "--tls-key-file".into(),
+            path(key),
+            "--tls-ca-cert-file".into(),
+            path(ca),
+            "--tls-auth-clients".into(),
+            "yes".into(),
+        ];
+        let mut redis = Redis { port, child: None, extra, tls: true };
         redis.launch();
         redis
     }
 
     fn launch(&mut self) {
         let bin = binary("redis-server", "REDIS_SERVER_BIN", "apt-get install -y redis-server");
+        let port = if self.tls { "0".to_string() } else { self.port.to_string() };
         let child = Command::new(bin)
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--port", &port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -80,7 +113,8 @@ impl Redis {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     pub fn stop(&mut self) {

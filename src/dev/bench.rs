@@ -23,7 +23,7 @@ pub struct BenchReport {
     pub keys_per_family: BTreeMap<String, u64>,
 }
 
-pub async fn run(cfg: &Config) -> anyhow::Result<BenchReport> {
+pub async fn run(cfg: &Config) -> super::DevResult<BenchReport> {
     let source = Source::connect(cfg).await?;
     let sink = Sink::connect(cfg).await?;
 

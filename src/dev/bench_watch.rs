@@ -42,7 +42,7 @@ type Spawned = (
 );
 
 /// Starts a watcher in this process and waits until it streams.
-async fn spawn_streaming(cfg: &Config, opts: WatchOptions) -> anyhow::Result<Spawned> {
+async fn spawn_streaming(cfg: &Config, opts: WatchOptions) -> super::DevResult<Spawned> {
     let metrics = Arc::new(WatchMetrics::default());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let watcher = {
@@ -55,13 +55,15 @@ async fn spawn_streaming(cfg: &Config, opts: WatchOptions) -> anyhow::Result<Spa
         })
     };
     while !metrics.streaming.load(Ordering::Relaxed) {
-        anyhow::ensure!(!watcher.is_finished(), "the watcher stopped before streaming");
+        if watcher.is_finished() {
+            return Err("the watcher stopped before streaming".into());
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok((stop_tx, watcher, metrics))
 }
 
-pub async fn run(cfg: &Config, rate: u64, seconds: u64) -> anyhow::Result<WatchBench> {
+pub async fn run(cfg: &Config, rate: u64, seconds: u64) -> super::DevResult<WatchBench> {
     let source = Source::connect(cfg).await?;
     let videos = source.database().collection::<Document>(&cfg.collections.video);
     let ids: Vec<mongodb::bson::Bson> = videos
@@ -72,7 +74,9 @@ pub async fn run(cfg: &Config, rate: u64, seconds: u64) -> anyhow::Result<WatchB
         .filter_map(|d| async move { d.ok().and_then(|d| d.get("_id").cloned()) })
         .collect()
         .await;
-    anyhow::ensure!(!ids.is_empty(), "no active videos; generate a data set first");
+    if ids.is_empty() {
+        return Err("no active videos; generate a data set first".into());
+    }
     let written = |id: &mongodb::bson::Bson| match id {
         mongodb::bson::Bson::ObjectId(o) => o.to_hex(),
         other => other.as_str().unwrap_or_default().to_string(),

@@ -1,0 +1,231 @@
+//! The least-privilege Redis ACL of a cachewright user, and the check
+//! that a connection has it before anything is written.
+//!
+//! The rule is generated from one list, [`WRITE`], so `cachewright acl`,
+//! `docs/DEPLOYMENT.md` and the preflight check cannot drift apart. The
+//! preflight queues one probe per permission inside `MULTI` and then
+//! `DISCARD`s: Redis checks ACLs when it queues a command, so a missing
+//! permission shows as a `NOPERM` reply and nothing is executed. A
+//! command that lacks a permission therefore stops before its first
+//! write, never halfway through.
+
+use super::{Sink, SinkError};
+use crate::config::Config;
+use crate::keys::status::StatusKeys;
+
+/// What a command needs of Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// `verify`, `memory`, `status`: reads only.
+    Read,
+    /// `rebuild`, `watch`, `serve`, `purge`, `migrate`.
+    Write,
+}
+
+/// The commands every cachewright connection may send: reads, `SCAN`
+/// for the sweep, `INFO` for memory and restarts, `MEMORY USAGE` for
+/// `memory`.
+const READ: &[&str] = &[
+    "ping",
+    "echo",
+    "info",
+    "scan",
+    "type",
+    "ttl",
+    "exists",
+    "get",
+    "smembers",
+    "lrange",
+    "zrange",
+    "hgetall",
+    "memory|usage",
+    "subscribe",
+    "psubscribe",
+    "unsubscribe",
+    "punsubscribe",
+    "select",
+    "client|setinfo",
+    "client|setname",
+];
+
+/// What writers add: the replaces of the contract's key types inside
+/// `MULTI`/`EXEC`, `WATCH` for fencing, the lease's Lua scripts, job
+/// status hashes and counters, and progress messages.
+const WRITE: &[&str] = &[
+    "set",
+    "del",
+    "unlink",
+    "expire",
+    "sadd",
+    "srem",
+    "smove",
+    "rpush",
+    "zadd",
+    "hset",
+    "hincrby",
+    "incr",
+    "multi",
+    "exec",
+    "discard",
+    "watch",
+    "unwatch",
+    "eval",
+    "evalsha",
+    "script|load",
+    "publish",
+];
+
+/// The ACL permissions `access` needs, as `+command` items.
+pub fn commands(access: Access) -> Vec<&'static str> {
+    let mut all: Vec<&str> = READ.to_vec();
+    if access == Access::Write {
+        all.extend(WRITE);
+    }
+    all
+}
+
+/// The `ACL SETUSER` line for a cachewright user: nothing but its key
+/// prefixes, its progress channels and its commands.
+pub fn rule(user: &str, password: &str, prefix: &str, status_prefix: &str) -> String {
+    let status = StatusKeys::new(status_prefix.to_string());
+    let mut line = format!(
+        "ACL SETUSER {user} reset on >{password} ~{prefix}* ~{status_prefix}* &{} -@all",
+        status.progress_pattern()
+    );
+    for c in commands(Access::Write) {
+        line.push_str(" +");
+        line.push_str(c);
+    }
+    line
+}
+
+/// One probe: a command with representative keys, and what to grant if
+/// Redis refuses it.
+struct Probe {
+    args: Vec<String>,
+}
+
+fn probes(cfg: &Config, access: Access) -> Vec<Probe> {
+    let data = format!("{}cachewright-acl-probe", cfg.prefix);
+    let other = format!("{}cachewright-acl-probe:2", cfg.prefix);
+    let status = StatusKeys::new(cfg.status_prefix.clone());
+    let job = status.job("acl-probe");
+    let p = |args: &[&str]| Probe { args: args.iter().map(|a| a.to_string()).collect() };
+    let mut all = vec![
+        p(&["PING"]),
+        p(&["INFO", "server"]),
+        p(&["SCAN", "0", "MATCH", &format!("{}*", cfg.prefix), "COUNT", "1"]),
+        p(&["TYPE", &data]),
+        p(&["TTL", &data]),
+        p(&["GET", &data]),
+        p(&["SMEMBERS", &data]),
+        p(&["LRANGE", &data, "0", "0"]),
+        p(&["ZRANGE", &data, "0", "0"]),
+        p(&["MEMORY", "USAGE", &data]),
+        p(&["HGETALL", &job]),
+        p(&["GET", &status.rebuild_lock()]),
+    ];
+    if access == Access::Write {
+        all.extend([
+            p(&["SET", &data, "x", "EX", "1"]),
+            p(&["SADD", &data, "x"]),
+            p(&["SREM", &data, "x"]),
+            p(&["RPUSH", &data, "x"]),
+            p(&["ZADD", &data, "1", "x"]),
+            p(&["EXPIRE", &data, "1"]),
+            p(&["DEL", &data]),
+            p(&["UNLINK", &data, &other]),
+            p(&["HSET", &job, "probe", "1"]),
+            p(&["HINCRBY", &job, "probe", "1"]),
+            p(&["INCR", &status.total_jobs()]),
+            p(&["SMOVE", &status.jobs("running"), &status.jobs("completed"), "acl-probe"]),
+            p(&["SET", &status.epoch(), "1"]),
+            p(&["EXPIRE", &status.health(), "1"]),
+            p(&["DEL", &status.cdc_pending()]),
+            p(&["PUBLISH", &status.progress("acl-probe"), "probe"]),
+            p(&["EVAL", "return 1", "2", &status.rebuild_lock(), &status.epoch()]),
+            p(&["EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "2", &status.rebuild_lock(), &status.epoch()]),
+        ]);
+    }
+    all
+}
+
+/// The parts of an ACL refusal worth showing: `NOPERM` and its reason.
+fn refusal(err: &redis::RedisError) -> Option<String> {
+    let text = err.to_string();
+    (err.code() == Some("NOPERM") || text.contains("NOPERM")).then_some(text)
+}
+
+impl Sink {
+    /// Checks that this connection's user may do what `access` needs,
+    /// without executing anything. On a refusal, names each denied
+    /// command and how to grant it.
+    pub async fn check_access(&self, cfg: &Config, access: Access) -> Result<(), SinkError> {
+        let mut conn = self.connection();
+        let probes = probes(cfg, access);
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("MULTI");
+        for probe in &probes {
+            pipe.cmd(&probe.args[0]).arg(&probe.args[1..]);
+        }
+        pipe.cmd("DISCARD");
+        let replies: Vec<redis::Value> = match pipe.query_async(&mut conn).await {
+            Ok(replies) => replies,
+            Err(source) => {
+                if let Some(reason) = refusal(&source) {
+                    return Err(SinkError::Permission { denied: vec![reason], grant: grant_hint(cfg) });
+                }
+                return Err(SinkError::Scan { attempts: 1, source });
+            }
+        };
+        let mut denied = Vec::new();
+        // replies[0] is MULTI's OK; each probe's QUEUED or error follows.
+        for (probe, reply) in probes.iter().zip(replies.iter().skip(1)) {
+            if let redis::Value::ServerError(err) = reply {
+                let err: redis::RedisError = err.clone().into();
+                if let Some(reason) = refusal(&err) {
+                    denied.push(format!("{} ({reason})", probe.args[..2.min(probe.args.len())].join(" ")));
+                }
+            }
+        }
+        if denied.is_empty() { Ok(()) } else { Err(SinkError::Permission { denied, grant: grant_hint(cfg) }) }
+    }
+}
+
+fn grant_hint(cfg: &Config) -> String {
+    format!(
+        "grant the user the rule `cachewright acl` prints for these prefixes ({}, {}); see docs/DEPLOYMENT.md",
+        cfg.prefix, cfg.status_prefix
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rule_names_prefixes_channels_and_commands() {
+        let rule = rule("cachewright", "pw", "app:", "cachewright:");
+        assert!(rule.starts_with(
+            "ACL SETUSER cachewright reset on >pw ~app:* ~cachewright:* &cachewright:progress:* -@all +ping"
+        ));
+        for c in ["+set", "+unlink", "+evalsha", "+memory|usage", "+scan", "+publish", "+watch"] {
+            assert!(rule.split(' ').any(|w| w == c), "{c} missing from {rule}");
+        }
+        assert!(!rule.contains("+flushall") && !rule.contains("+keys"));
+    }
+
+    #[test]
+    fn probes_cover_every_write_command() {
+        let cfg = Config::from_raw(crate::config::RawConfig::default()).unwrap();
+        let probed: Vec<String> = probes(&cfg, Access::Write).iter().map(|p| p.args[0].to_lowercase()).collect();
+        for c in WRITE.iter().chain(READ) {
+            let base = c.split('|').next().unwrap();
+            let unprobeable = ["multi", "exec", "discard", "watch", "unwatch", "script", "echo", "exists"]
+                .contains(&base)
+                || ["subscribe", "psubscribe", "unsubscribe", "punsubscribe", "select", "client"].contains(&base);
+            assert!(unprobeable || probed.iter().any(|p| p == base), "{c} has no probe");
+        }
+    }
+}

@@ -66,15 +66,7 @@ fn serve_process(s: &common::Shared, cfg: &Config, schedules_dir: &std::path::Pa
         .expect("start cachewright serve")
 }
 
-async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).await.unwrap();
-    let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (status, body)
-}
+use common::http_get as get;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_endpoints_answer_and_health_fails_when_redis_is_down() {

@@ -8,9 +8,8 @@ use cachewright::config::{Config, RawConfig};
 use cachewright::dev::generate::Rng;
 use cachewright::progress::Progress;
 use cachewright::rebuild::{RebuildOptions, rebuild};
-use cachewright::watch::{WatchMetrics, WatchOptions};
+use common::watcher::{start, start_streaming};
 use mongodb::bson::{Bson, DateTime, Document, doc};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The watcher tests run one at a time: several watchers opening change
@@ -28,54 +27,6 @@ fn config(mongo: &str, redis: &str, name: &str, prefix: &str) -> Config {
         ..RawConfig::default()
     })
     .unwrap()
-}
-
-struct Watcher {
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<(), cachewright::watch::WatchError>>,
-    metrics: Arc<WatchMetrics>,
-}
-
-fn start(cfg: &Config) -> Watcher {
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let metrics = Arc::new(WatchMetrics::default());
-    let task = {
-        let (cfg, metrics) = (cfg.clone(), metrics.clone());
-        let opts = WatchOptions { window: Duration::from_millis(50), ..WatchOptions::default() };
-        tokio::spawn(async move {
-            cachewright::watch::run(&cfg, &opts, metrics, async {
-                let _ = stopped.await;
-            })
-            .await
-        })
-    };
-    Watcher { stop, task, metrics }
-}
-
-/// Starts a watcher and waits until its streams are open.
-async fn start_streaming(cfg: &Config) -> Watcher {
-    let watcher = start(cfg);
-    for _ in 0..1500 {
-        if watcher.metrics.streaming.load(std::sync::atomic::Ordering::Relaxed) {
-            return watcher;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("the watcher did not start streaming within 30s");
-}
-
-impl Watcher {
-    async fn stop(self) -> Arc<WatchMetrics> {
-        let _ = self.stop.send(());
-        self.task.await.unwrap().expect("watcher ran cleanly");
-        self.metrics
-    }
-
-    /// A crash: the task is dropped wherever it is.
-    async fn kill(self) {
-        self.task.abort();
-        let _ = self.task.await;
-    }
 }
 
 struct Data {

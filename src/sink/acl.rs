@@ -44,8 +44,6 @@ const READ: &[&str] = &[
     "unsubscribe",
     "punsubscribe",
     "select",
-    "client|setinfo",
-    "client|setname",
 ];
 
 /// What writers add: the replaces of the contract's key types inside
@@ -224,7 +222,7 @@ mod tests {
             let base = c.split('|').next().unwrap();
             let unprobeable = ["multi", "exec", "discard", "watch", "unwatch", "script", "echo", "exists"]
                 .contains(&base)
-                || ["subscribe", "psubscribe", "unsubscribe", "punsubscribe", "select", "client"].contains(&base);
+                || ["subscribe", "psubscribe", "unsubscribe", "punsubscribe", "select"].contains(&base);
             assert!(unprobeable || probed.iter().any(|p| p == base), "{c} has no probe");
         }
     }

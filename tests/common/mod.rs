@@ -6,6 +6,7 @@ pub mod ops;
 pub mod proxy;
 pub mod render;
 pub mod servers;
+pub mod watcher;
 
 use cachewright::config::{Config, RawConfig};
 use render::Content;
@@ -177,4 +178,17 @@ where
         assert!(std::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+}
+
+/// One HTTP GET: the status code and the body.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stream, format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut text = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut text).await.unwrap();
+    let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
 }

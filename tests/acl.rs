@@ -1,0 +1,150 @@
+//! cachewright as a least-privileged Redis user: the rule `cachewright
+//! acl` prints is enough for rebuild, verify, watch and serve, and a
+//! command missing a permission fails before its first write, naming what
+//! to grant. Real servers.
+
+mod common;
+
+use cachewright::config::{Config, RawConfig};
+use cachewright::serve::{ServeOptions, schedule};
+use common::servers::Redis;
+use std::time::Duration;
+
+const PASSWORD: &str = "acl-test-pw";
+
+/// A Redis whose user `cw` has exactly the documented rule for these
+/// prefixes, minus the items in `without`; the default user stays open for
+/// the test's own inspection.
+fn redis_with_user(prefix: &str, status_prefix: &str, without: &[&str]) -> Redis {
+    let rule = cachewright::sink::acl::rule("cw", PASSWORD, prefix, status_prefix);
+    let items = rule.strip_prefix("ACL SETUSER cw ").expect("an ACL SETUSER line");
+    let mut args = vec!["--user".to_string(), "cw".to_string()];
+    args.extend(items.split(' ').filter(|i| !without.contains(i)).map(str::to_string));
+    Redis::start_with(args)
+}
+
+fn config_as_user(redis: &Redis, name: &str) -> Config {
+    let mongo = &common::shared().mongo;
+    Config::from_raw(RawConfig {
+        mongodb_uri: Some(mongo.uri()),
+        mongodb_db: Some(name.to_string()),
+        redis_url: Some(format!("redis://cw:{PASSWORD}@127.0.0.1:{}", redis.port)),
+        prefix: Some(format!("{name}:")),
+        status_prefix: Some(format!("cw-{name}:")),
+        home_limit: Some(3),
+        ..RawConfig::default()
+    })
+    .unwrap()
+}
+
+fn cli(cfg: &Config, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_cachewright"))
+        .args(args)
+        .env("MONGODB_URI", &cfg.mongodb_uri)
+        .env("MONGODB_DB", &cfg.mongodb_db)
+        .env("REDIS_URL", &cfg.redis_url)
+        .env("CACHEWRIGHT_PREFIX", &cfg.prefix)
+        .env("CACHEWRIGHT_STATUS_PREFIX", &cfg.status_prefix)
+        .env("CACHEWRIGHT_HOME_LIMIT", "3")
+        .env_remove("CACHEWRIGHT_CONFIG")
+        .output()
+        .expect("run cachewright")
+}
+
+async fn cache_equals_a_fresh_rebuild(redis: &Redis, cfg: &Config) -> bool {
+    let admin = format!("redis://127.0.0.1:{}", redis.port);
+    common::render_dump(&common::dump(&admin, &cfg.prefix).await, &cfg.prefix) == common::expected_render(cfg).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebuild_verify_watch_and_serve_run_as_the_least_privileged_user() {
+    let name = common::unique("acl");
+    let redis = redis_with_user(&format!("{name}:"), &format!("cw-{name}:"), &[]);
+    let cfg = config_as_user(&redis, &name);
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+
+    let out = cli(&cfg, &["rebuild"]);
+    assert_eq!(out.status.code(), Some(0), "rebuild: {}", String::from_utf8_lossy(&out.stderr));
+    let out = cli(&cfg, &["verify"]);
+    assert_eq!(out.status.code(), Some(0), "verify: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(cache_equals_a_fresh_rebuild(&redis, &cfg).await);
+
+    // The watcher applies a change under the same user.
+    let watcher = common::watcher::start_streaming(&cfg).await;
+    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let tags = source.database().collection::<mongodb::bson::Document>("Tag");
+    tags.insert_one(mongodb::bson::doc! { "_id": mongodb::bson::oid::ObjectId::new(), "name": "acl-tag" })
+        .await
+        .unwrap();
+    common::wait_for("the watcher to apply the new tag", Duration::from_secs(30), || async {
+        cache_equals_a_fresh_rebuild(&redis, &cfg).await
+    })
+    .await;
+    watcher.stop().await;
+
+    // serve leads, streams and answers ready under the same user.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let daily = "[[schedule]]\nname = \"daily\"\ncron = \"0 0 3 * * *\"\njob = \"rebuild\"\n";
+    let long = Config {
+        ttl: cachewright::config::TierSeconds { count: 864_000, index: 864_000, detail: 864_000, catalog: 864_000 },
+        ..cfg.clone()
+    };
+    let opts = ServeOptions {
+        schedules: schedule::parse(daily).unwrap(),
+        watch: true,
+        window: Duration::from_millis(50),
+        http: Default::default(),
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        cachewright::serve::run(&long, opts, listener, async {
+            let _ = stopped.await;
+        })
+        .await
+    });
+    common::wait_for("serve to be ready as the ACL user", Duration::from_secs(30), || async {
+        common::http_get(addr, "/health/ready").await.0 == 200
+    })
+    .await;
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(60), server).await.expect("serve stops").unwrap().expect("clean stop");
+    assert!(cache_equals_a_fresh_rebuild(&redis, &cfg).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_permission_stops_a_command_before_its_first_write() {
+    let name = common::unique("aclmiss");
+    let (prefix, status) = (format!("{name}:"), format!("cw-{name}:"));
+    let admin_dump = |redis: &Redis| {
+        let admin = format!("redis://127.0.0.1:{}", redis.port);
+        let (prefix, status) = (prefix.clone(), status.clone());
+        async move { (common::dump(&admin, &prefix).await.len(), common::dump(&admin, &status).await.len()) }
+    };
+    for (without, named) in [
+        (vec!["+zadd"], "ZADD"),
+        (vec!["+unlink"], "UNLINK"),
+        (vec!["+evalsha", "+eval"], "EVAL"),
+        (vec![&*format!("~cw-{name}:*")], "HSET"),
+    ] {
+        let redis = redis_with_user(&format!("{name}:"), &format!("cw-{name}:"), &without);
+        let cfg = config_as_user(&redis, &name);
+        common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+        let out = cli(&cfg, &["rebuild"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{without:?}: {err}");
+        assert!(err.contains("lacks permissions") && err.contains(named), "{without:?}: {err}");
+        assert!(err.contains("cachewright acl") && !err.contains(PASSWORD), "{err}");
+        assert_eq!(admin_dump(&redis).await, (0, 0), "{without:?}: nothing may be written");
+        let watch = cachewright::watch::run(
+            &cfg,
+            &cachewright::watch::WatchOptions::default(),
+            Default::default(),
+            std::future::pending(),
+        )
+        .await
+        .expect_err("watch refuses to start");
+        assert!(watch.to_string().contains("lacks permissions"), "{watch}");
+        assert_eq!(admin_dump(&redis).await, (0, 0), "{without:?}: the watcher wrote nothing");
+    }
+}

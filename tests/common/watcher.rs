@@ -1,0 +1,55 @@
+//! An in-process `watch` for tests: start it, wait until it streams,
+//! stop it cleanly or drop it like a crash.
+
+use cachewright::config::Config;
+use cachewright::watch::{WatchMetrics, WatchOptions};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct Watcher {
+    pub stop: tokio::sync::oneshot::Sender<()>,
+    pub task: tokio::task::JoinHandle<Result<(), cachewright::watch::WatchError>>,
+    pub metrics: Arc<WatchMetrics>,
+}
+
+pub fn start(cfg: &Config) -> Watcher {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let metrics = Arc::new(WatchMetrics::default());
+    let task = {
+        let (cfg, metrics) = (cfg.clone(), metrics.clone());
+        let opts = WatchOptions { window: Duration::from_millis(50), ..WatchOptions::default() };
+        tokio::spawn(async move {
+            cachewright::watch::run(&cfg, &opts, metrics, async {
+                let _ = stopped.await;
+            })
+            .await
+        })
+    };
+    Watcher { stop, task, metrics }
+}
+
+/// Starts a watcher and waits until its streams are open.
+pub async fn start_streaming(cfg: &Config) -> Watcher {
+    let watcher = start(cfg);
+    for _ in 0..1500 {
+        if watcher.metrics.streaming.load(std::sync::atomic::Ordering::Relaxed) {
+            return watcher;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the watcher did not start streaming within 30s");
+}
+
+impl Watcher {
+    pub async fn stop(self) -> Arc<WatchMetrics> {
+        let _ = self.stop.send(());
+        self.task.await.unwrap().expect("watcher ran cleanly");
+        self.metrics
+    }
+
+    /// A crash: the task is dropped wherever it is.
+    pub async fn kill(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}

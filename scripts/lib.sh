@@ -26,6 +26,15 @@ ensure_redis() {
   command -v redis-cli >/dev/null || apt_install redis-tools
 }
 
+# promtool checks the alert rules and parses /metrics; docker-compose
+# validates the compose file without an engine; openssl makes the TLS
+# test's certificates.
+ensure_ops_tools() {
+  command -v promtool >/dev/null || apt_install prometheus
+  command -v docker-compose >/dev/null || apt_install docker-compose
+  command -v openssl >/dev/null || apt_install openssl
+}
+
 # SecantusDB is a separate GPL program: installed as a binary and run as a
 # process, never linked into cachewright.
 ensure_secantus() {

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# The whole test suite: installs redis-server and secantusd-rs when they
-# are missing, then runs format, lint and every test. Integration tests
-# start their own servers on free loopback ports and fail when they cannot.
+# The whole test suite: installs redis-server, secantusd-rs and the
+# operations tools (promtool, docker-compose, openssl) when they are
+# missing, then runs format, lint and every test. Integration tests start
+# their own servers on free loopback ports and fail when they cannot.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 ensure_redis
 ensure_secantus
+ensure_ops_tools
 command -v redis-server >/dev/null || die "redis-server is still missing"
 command -v secantusd-rs >/dev/null || die "secantusd-rs is still missing"
+for tool in promtool docker-compose openssl; do
+  command -v "$tool" >/dev/null || die "$tool is still missing"
+done
 say "cargo fmt --check"
 cargo fmt --all -- --check
 say "cargo clippy -D warnings"
-cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --all-targets --all-features --locked -- -D warnings
 say "cargo test"
 cargo test --locked "$@"

@@ -165,3 +165,50 @@ async fn only_one_instance_rebuilds_and_a_lost_lease_stops_the_writes() {
     assert_eq!(job["error_count"], "1");
     assert!(job["last_error"].contains("abandoned"), "{:?}", job["last_error"]);
 }
+
+/// A progress message carrying terminal escapes is printed escaped by
+/// `status --follow`: it cannot retitle or clear the operator's terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_follow_prints_escape_sequences_harmlessly() {
+    use std::io::{BufRead, BufReader};
+    let s = common::shared();
+    let name = common::unique("follow");
+    let status_prefix = format!("cw-{name}:");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cachewright"))
+        .args(["status", "--follow"])
+        .env("REDIS_URL", s.redis.url())
+        .env("CACHEWRIGHT_STATUS_PREFIX", &status_prefix)
+        .env("CACHEWRIGHT_PREFIX", format!("{name}:"))
+        .env_remove("CACHEWRIGHT_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start status --follow");
+    let conn = common::redis_conn(&s.redis.url()).await;
+    let channel = format!("{status_prefix}progress:0123456789abcdef");
+    let payload = "{\"stage\":\"\u{1b}]0;pwned\u{7}\u{1b}[2Jvideos\"}";
+    // The channel is this test's own: PUBLISH counts only our follower, so
+    // once it says 1 the message has been delivered.
+    common::wait_for("status --follow to receive a message", Duration::from_secs(30), || {
+        let (mut conn, channel) = (conn.clone(), channel.clone());
+        async move {
+            let receivers: i64 =
+                redis::cmd("PUBLISH").arg(&channel).arg(payload).query_async(&mut conn).await.unwrap_or(0);
+            receivers > 0
+        }
+    })
+    .await;
+    let stdout = child.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).map(|_| line)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = line.trim_end_matches('\n');
+    assert!(!line.chars().any(char::is_control), "control characters reached the terminal: {line:?}");
+    assert!(line.contains("\\u{1b}]0;pwned\\u{7}\\u{1b}[2Jvideos"), "{line}");
+}

@@ -1,7 +1,7 @@
 //! Command-line definitions. Global flags override the environment, which
 //! overrides `cachewright.toml`, which overrides the defaults.
 
-use crate::config::RawConfig;
+use crate::config::{ConfigFlags, RawConfig};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -31,33 +31,8 @@ pub struct GlobalArgs {
     /// Config file (TOML). Default: $CACHEWRIGHT_CONFIG, else ./cachewright.toml if present
     #[arg(long, global = true, value_name = "PATH")]
     pub config: Option<PathBuf>,
-    /// MongoDB connection string [env: MONGODB_URI] [default: mongodb://127.0.0.1:27017]
-    #[arg(long, global = true, value_name = "URI")]
-    pub mongodb_uri: Option<String>,
-    /// MongoDB database [env: MONGODB_DB] [default: app]
-    #[arg(long, global = true, value_name = "NAME")]
-    pub mongodb_db: Option<String>,
-    /// Redis URL, rediss:// for TLS [env: REDIS_URL] [default: redis://127.0.0.1:6379]
-    #[arg(long, global = true, value_name = "URL")]
-    pub redis_url: Option<String>,
-    /// PEM file of the CA that signed the Redis server's certificate (rediss://) [env: REDIS_TLS_CA]
-    #[arg(long, global = true, value_name = "PATH")]
-    pub redis_tls_ca: Option<PathBuf>,
-    /// PEM client certificate for Redis TLS, with --redis-tls-key [env: REDIS_TLS_CERT]
-    #[arg(long, global = true, value_name = "PATH")]
-    pub redis_tls_cert: Option<PathBuf>,
-    /// PEM private key of the client certificate [env: REDIS_TLS_KEY]
-    #[arg(long, global = true, value_name = "PATH")]
-    pub redis_tls_key: Option<PathBuf>,
-    /// Data key prefix [env: CACHEWRIGHT_PREFIX] [default: app:]
-    #[arg(long, global = true, value_name = "PREFIX")]
-    pub prefix: Option<String>,
-    /// Job status key prefix [env: CACHEWRIGHT_STATUS_PREFIX] [default: cachewright:]
-    #[arg(long, global = true, value_name = "PREFIX")]
-    pub status_prefix: Option<String>,
-    /// TTL jitter fraction [env: CACHEWRIGHT_TTL_JITTER] [default: 0.1]
-    #[arg(long, global = true, value_name = "FRACTION")]
-    pub ttl_jitter: Option<f64>,
+    #[command(flatten)]
+    pub settings: ConfigFlags,
     /// Log format on stderr
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -91,18 +66,7 @@ impl GlobalArgs {
 
     /// The flags as the highest configuration layer.
     pub fn raw_config(&self) -> RawConfig {
-        RawConfig {
-            mongodb_uri: self.mongodb_uri.clone(),
-            mongodb_db: self.mongodb_db.clone(),
-            redis_url: self.redis_url.clone(),
-            redis_tls_ca: self.redis_tls_ca.clone(),
-            redis_tls_cert: self.redis_tls_cert.clone(),
-            redis_tls_key: self.redis_tls_key.clone(),
-            prefix: self.prefix.clone(),
-            status_prefix: self.status_prefix.clone(),
-            ttl_jitter: self.ttl_jitter,
-            ..RawConfig::default()
-        }
+        self.settings.0.clone()
     }
 }
 
@@ -280,6 +244,28 @@ pub enum KeysFormat {
     Json,
     /// Key constructors and payload interfaces, docs/cache-keys.ts
     Typescript,
+}
+
+/// The README's table of `serve` settings, generated from the `serve`
+/// arguments that take an environment variable.
+pub fn serve_settings_table() -> String {
+    use clap::CommandFactory;
+    let cli = Cli::command();
+    let serve = cli.find_subcommand("serve").expect("serve is a command");
+    let mut out = String::from("| environment | flag | default | meaning |\n|---|---|---|---|\n");
+    for arg in serve.get_arguments() {
+        let Some(env) = arg.get_env() else { continue };
+        let default = arg.get_default_values().first().map(|d| format!("`{}`", d.to_string_lossy()));
+        let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default().replace('\n', " ");
+        out.push_str(&format!(
+            "| `{}` | `--{}` | {} | {} |\n",
+            env.to_string_lossy(),
+            arg.get_long().unwrap_or_default(),
+            default.unwrap_or_else(|| "–".into()),
+            help.replace('|', "\\|")
+        ));
+    }
+    out
 }
 
 /// Resolves `--only` names to families.

@@ -176,3 +176,81 @@ fn strict_rebuild_with_rejections_exits_3_after_writing_and_summarising() {
     let out = cachewright(&["rebuild"], &env);
     assert_eq!(out.status.code(), Some(0));
 }
+
+/// The README's settings tables are the declarations themselves: one
+/// table from `config::SETTINGS` (file, environment, flag), one from the
+/// `serve` arguments.
+#[test]
+fn readme_tables_match_the_declared_settings() {
+    let readme = std::fs::read_to_string(common::root().join("README.md")).unwrap();
+    for (what, table) in
+        [("configuration", cachewright::config::markdown_table()), ("serve", cachewright::cli::serve_settings_table())]
+    {
+        assert!(readme.contains(&table), "README's {what} table is out of date; it should read:\n{table}");
+    }
+}
+
+/// Each setting reaches the configuration from its flag, its environment
+/// variable and its file key alike.
+#[test]
+fn every_setting_works_as_flag_environment_and_file_key() {
+    use cachewright::config::{Config, RawConfig, SETTINGS};
+    use clap::Parser;
+    let dir = tempfile::tempdir().unwrap();
+    for s in SETTINGS {
+        // A value that validates and differs from the default.
+        let value = match s.field {
+            "mongodb_uri" => "mongodb://db.example:27017",
+            "redis_url" => "rediss://cache.example:6380",
+            "redis_tls_ca" | "redis_tls_cert" | "redis_tls_key" => "/etc/cachewright/x.pem",
+            "prefix" => "site:",
+            "status_prefix" => "cwstatus:",
+            "ttl_jitter" | "sweep_max_share" => "0.25",
+            "tag_search_lengths" => "4",
+            "mongodb_db" | "redis_password" => "other",
+            f if f.starts_with("collection_") => "Renamed",
+            _ => "17",
+        };
+        let toml_value = match s.field {
+            "tag_search_lengths" => "[4]".to_string(),
+            "ttl_jitter"
+            | "sweep_max_share"
+            | "redis_db"
+            | "home_limit"
+            | "read_batch_size"
+            | "write_batch_ops"
+            | "write_concurrency"
+            | "lease_seconds"
+            | "watch_max_lag_seconds" => value.to_string(),
+            f if f.starts_with("ttl_") => value.to_string(),
+            _ => format!("{value:?}"),
+        };
+        let toml = match s.key.split_once('.') {
+            Some((section, key)) => format!("[{section}]\n{key} = {toml_value}\n"),
+            None => format!("{} = {toml_value}\n", s.key),
+        };
+        let file = dir.path().join(format!("{}.toml", s.field));
+        std::fs::write(&file, toml).unwrap();
+        let flag = format!("--{}={value}", s.flag());
+        let cli = cachewright::cli::Cli::try_parse_from(["cachewright", &flag, "keys"])
+            .unwrap_or_else(|e| panic!("{flag}: {e}"));
+        let pair_tls = |raw: RawConfig| match s.field {
+            // A client certificate needs its key, and TLS files a rediss:// URL.
+            "redis_tls_cert" | "redis_tls_key" | "redis_tls_ca" => RawConfig {
+                redis_tls_cert: raw.redis_tls_cert.clone().or(raw.redis_tls_key.clone()),
+                redis_tls_key: raw.redis_tls_key.clone().or(raw.redis_tls_cert.clone()),
+                redis_url: Some("rediss://cache.example:6380".into()),
+                ..raw
+            },
+            _ => raw,
+        };
+        let from_flag = Config::from_raw(pair_tls(cli.global.raw_config())).expect(&flag);
+        let from_env =
+            Config::from_raw(pair_tls(RawConfig::from_env(|k| (k == s.env).then(|| value.to_string())).unwrap()))
+                .expect(s.env);
+        let from_file = Config::from_raw(pair_tls(RawConfig::from_file(&file).unwrap())).expect(s.key);
+        let default = Config::from_raw(pair_tls(RawConfig::default())).unwrap();
+        assert!(from_flag == from_env && from_env == from_file, "{}: flag, environment and file disagree", s.field);
+        assert!(from_flag != default, "{}: the value {value} did not arrive", s.field);
+    }
+}

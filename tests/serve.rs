@@ -3,18 +3,14 @@
 
 mod common;
 
-use cachewright::config::{Config, RawConfig, RawTtl};
+use cachewright::config::{Config, RawConfig};
 use cachewright::serve::{ServeOptions, schedule};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn config(mongo: &str, redis: &str, name: &str, status: &str, long_ttl: bool) -> Config {
-    let ttl = if long_ttl {
-        RawTtl { count: Some(864_000), index: Some(864_000), detail: Some(864_000), catalog: Some(864_000) }
-    } else {
-        RawTtl::default()
-    };
+    let ttl = long_ttl.then_some(864_000);
     Config::from_raw(RawConfig {
         mongodb_uri: Some(mongo.into()),
         mongodb_db: Some(name.into()),
@@ -22,7 +18,10 @@ fn config(mongo: &str, redis: &str, name: &str, status: &str, long_ttl: bool) ->
         prefix: Some(format!("{name}:")),
         status_prefix: Some(status.into()),
         lease_seconds: Some(2),
-        ttl,
+        ttl_count: ttl,
+        ttl_index: ttl,
+        ttl_detail: ttl,
+        ttl_catalog: ttl,
         ..RawConfig::default()
     })
     .unwrap()

@@ -40,6 +40,8 @@ enum Command {
     Fixtures(FixturesCommand),
     /// Measure reading alone, planning alone and writing alone (see scripts/bench.sh)
     Bench(BenchArgs),
+    /// Print the README's settings tables, generated from the declarations
+    ReadmeTables,
 }
 
 #[derive(Debug, Subcommand)]
@@ -131,11 +133,16 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: &Cli) -> DevResult<()> {
+    if let Command::ReadmeTables = cli.command {
+        print!("{}\n{}", cachewright::config::markdown_table(), cachewright::cli::serve_settings_table());
+        return Ok(());
+    }
     let cfg = cli.global.load_config()?;
     match &cli.command {
         Command::Fixtures(FixturesCommand::Generate(args)) => generate(&cfg, args).await,
         Command::Fixtures(FixturesCommand::Load(args)) => load(&cfg, args).await,
         Command::Bench(args) => bench(&cfg, args).await,
+        Command::ReadmeTables => Ok(()),
     }
 }
 

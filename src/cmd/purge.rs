@@ -3,7 +3,7 @@
 use super::*;
 
 pub async fn run(global: &GlobalArgs, args: &PurgeArgs) -> anyhow::Result<ExitCode> {
-    let Some(old) = global.prefix.clone() else {
+    let Some(old) = global.settings.0.prefix.clone() else {
         eprintln!("error: purge needs the old prefix: cachewright purge --prefix OLD [--dry-run]");
         return Ok(ExitCode::from(EXIT_USAGE));
     };

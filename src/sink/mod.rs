@@ -21,7 +21,7 @@ pub use state::info_value;
 pub use sweep::{Existing, Produced, Stale, SweepOutcome, digest, stale};
 pub use writer::{WriteOutcome, run_writer};
 
-use crate::config::{Config, TierSeconds, redact_url};
+use crate::config::{Config, TierSeconds, redact_url, scrub};
 use crate::plan::Op;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::time::Duration;
@@ -33,12 +33,16 @@ pub enum SinkError {
     #[error("cannot read {what} file {path}: {reason} (it must be a readable PEM file)")]
     TlsFile { what: String, path: String, reason: String },
     #[error(
-        "cannot connect to Redis at {url}: {source} (check REDIS_URL / REDIS_PASSWORD and that the server is running)"
+        "cannot connect to Redis at {url}: {reason} (check REDIS_URL / REDIS_PASSWORD and that the server is running)"
     )]
     Connect {
+        /// The URL, redacted.
         url: String,
-        #[source]
-        source: redis::RedisError,
+        /// The driver's message, with the URL's secrets hidden. The error
+        /// itself is kept for retry decisions but never printed: drivers
+        /// may quote a malformed URL.
+        reason: String,
+        cause: redis::RedisError,
     },
     #[error("writing to Redis failed after {attempts} attempt(s): {source}")]
     Write {
@@ -69,9 +73,9 @@ pub enum SinkError {
 impl SinkError {
     pub fn is_retriable(&self) -> bool {
         match self {
-            SinkError::Connect { source, .. } | SinkError::Write { source, .. } | SinkError::Scan { source, .. } => {
-                is_retriable(source)
-            }
+            SinkError::Connect { cause: source, .. }
+            | SinkError::Write { source, .. }
+            | SinkError::Scan { source, .. } => is_retriable(source),
             SinkError::LeaseLost
             | SinkError::Fenced { .. }
             | SinkError::Stopped
@@ -113,7 +117,11 @@ pub struct Sink {
 /// Builds a client from the URL plus `REDIS_PASSWORD` / `REDIS_DB`.
 pub fn client(cfg: &Config) -> Result<redis::Client, SinkError> {
     use redis::IntoConnectionInfo;
-    let connect_err = |source| SinkError::Connect { url: redact_url(&cfg.redis_url), source };
+    let connect_err = |cause: redis::RedisError| SinkError::Connect {
+        url: redact_url(&cfg.redis_url),
+        reason: scrub(&cause.to_string(), &cfg.redis_url),
+        cause,
+    };
     let mut info = cfg.redis_url.as_str().into_connection_info().map_err(connect_err)?;
     let mut settings = info.redis_settings().clone();
     if let Some(password) = &cfg.redis_password {
@@ -147,7 +155,11 @@ pub fn client(cfg: &Config) -> Result<redis::Client, SinkError> {
 impl Sink {
     /// Connects and pings. Reconnects later happen inside the manager.
     pub async fn connect(cfg: &Config) -> Result<Sink, SinkError> {
-        let connect_err = |source| SinkError::Connect { url: redact_url(&cfg.redis_url), source };
+        let connect_err = |cause: redis::RedisError| SinkError::Connect {
+            url: redact_url(&cfg.redis_url),
+            reason: scrub(&cause.to_string(), &cfg.redis_url),
+            cause,
+        };
         let client = client(cfg)?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(5)))

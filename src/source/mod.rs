@@ -1,7 +1,7 @@
 //! The MongoDB edge: connects, streams raw documents with tuned batch
 //! sizes, and says what went wrong in operator terms.
 
-use crate::config::{Config, redact_url};
+use crate::config::{Config, redact_url, scrub};
 use futures::TryStreamExt;
 use mongodb::bson::{RawDocumentBuf, doc};
 use mongodb::options::ClientOptions;
@@ -10,11 +10,14 @@ use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    #[error("cannot connect to MongoDB at {uri}: {source} (check MONGODB_URI and that the server is running)")]
+    #[error("cannot connect to MongoDB at {uri}: {reason} (check MONGODB_URI and that the server is running)")]
     Connect {
+        /// The URI, redacted.
         uri: String,
-        #[source]
-        source: mongodb::error::Error,
+        /// The driver's message, with the URI's secrets hidden (the error
+        /// itself is kept for retry decisions but never printed).
+        reason: String,
+        cause: Box<mongodb::error::Error>,
     },
     #[error("reading MongoDB collection {collection} failed: {source}")]
     Read {
@@ -57,7 +60,8 @@ impl SourceError {
     /// Whether trying again may help (network trouble, restarts, elections).
     pub fn is_retriable(&self) -> bool {
         let source = match self {
-            SourceError::Connect { source, .. } | SourceError::Read { source, .. } => source,
+            SourceError::Connect { cause, .. } => cause,
+            SourceError::Read { source, .. } => source,
         };
         is_retriable(source)
     }
@@ -69,11 +73,24 @@ pub struct Source {
     db: Database,
 }
 
+fn connect_error(cfg: &Config, cause: mongodb::error::Error) -> SourceError {
+    SourceError::Connect {
+        uri: redact_url(&cfg.mongodb_uri),
+        reason: scrub(&cause.to_string(), &cfg.mongodb_uri),
+        cause: Box::new(cause),
+    }
+}
+
+/// Parses `MONGODB_URI` into driver options (no IO but SRV lookups).
+pub async fn client_options(cfg: &Config) -> Result<ClientOptions, SourceError> {
+    ClientOptions::parse(&cfg.mongodb_uri).await.map_err(|cause| connect_error(cfg, cause))
+}
+
 impl Source {
     /// Connects and pings, so a wrong address fails here, clearly.
     pub async fn connect(cfg: &Config) -> Result<Source, SourceError> {
-        let connect_err = |source| SourceError::Connect { uri: redact_url(&cfg.mongodb_uri), source };
-        let mut options = ClientOptions::parse(&cfg.mongodb_uri).await.map_err(connect_err)?;
+        let connect_err = |cause| connect_error(cfg, cause);
+        let mut options = client_options(cfg).await?;
         options.app_name = Some("cachewright".into());
         options.server_selection_timeout.get_or_insert(Duration::from_secs(10));
         options.connect_timeout.get_or_insert(Duration::from_secs(5));

@@ -3,7 +3,6 @@
 //! validated without IO. Connectivity is checked later, by the edges.
 
 use crate::registry::{Registry, Tier};
-use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// A configuration problem, worded for the operator: what is wrong and how
@@ -22,166 +21,26 @@ pub enum ConfigError {
     Invalid { setting: &'static str, value: String, hint: String },
 }
 
-fn invalid(setting: &'static str, value: impl ToString, hint: impl Into<String>) -> ConfigError {
+pub(crate) fn invalid(setting: &'static str, value: impl ToString, hint: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { setting, value: value.to_string(), hint: hint.into() }
 }
 
-/// Collection names; defaults are Prisma's model names.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct RawCollections {
-    pub channel: Option<String>,
-    pub category: Option<String>,
-    pub tag: Option<String>,
-    pub video: Option<String>,
-}
+mod settings;
 
-/// Tier seconds.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct RawTtl {
-    pub count: Option<u64>,
-    pub index: Option<u64>,
-    pub detail: Option<u64>,
-    pub catalog: Option<u64>,
-}
-
-/// One layer of settings, every field optional. The file, the environment
-/// and the flags each give one; [`RawConfig::over`] stacks them.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct RawConfig {
-    pub mongodb_uri: Option<String>,
-    pub mongodb_db: Option<String>,
-    pub redis_url: Option<String>,
-    pub redis_password: Option<String>,
-    pub redis_db: Option<i64>,
-    pub redis_tls_ca: Option<PathBuf>,
-    pub redis_tls_cert: Option<PathBuf>,
-    pub redis_tls_key: Option<PathBuf>,
-    pub prefix: Option<String>,
-    pub status_prefix: Option<String>,
-    pub ttl_jitter: Option<f64>,
-    pub tag_search_lengths: Option<Vec<usize>>,
-    pub home_limit: Option<usize>,
-    pub read_batch_size: Option<u32>,
-    pub write_batch_ops: Option<usize>,
-    pub write_concurrency: Option<usize>,
-    pub lease_seconds: Option<u64>,
-    pub sweep_max_share: Option<f64>,
-    pub watch_max_lag_seconds: Option<u64>,
-    #[serde(default)]
-    pub collections: RawCollections,
-    #[serde(default)]
-    pub ttl: RawTtl,
-}
-
-macro_rules! take_over {
-    ($high:expr, $low:expr, $($field:ident).+) => {
-        $high.$($field).+ = $high.$($field).+.take().or_else(|| $low.$($field).+.take())
-    };
-}
+pub use settings::{ConfigFlags, RawConfig, SETTINGS, Setting, markdown_table};
 
 impl RawConfig {
-    /// Parses a `cachewright.toml`.
-    pub fn from_toml(path: &Path, text: &str) -> Result<RawConfig, ConfigError> {
-        toml::from_str(text)
-            .map_err(|e| ConfigError::Toml { path: path.to_path_buf(), message: e.message().to_string() })
-    }
-
     pub fn from_file(path: &Path) -> Result<RawConfig, ConfigError> {
         let text =
             std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         RawConfig::from_toml(path, &text)
     }
+}
 
-    /// Reads the environment through `get`, so tests need not touch the
-    /// process environment.
-    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<RawConfig, ConfigError> {
-        fn parse<T: std::str::FromStr>(
-            get: &impl Fn(&str) -> Option<String>,
-            name: &'static str,
-            hint: &str,
-        ) -> Result<Option<T>, ConfigError> {
-            match get(name) {
-                None => Ok(None),
-                Some(v) => v.trim().parse().map(Some).map_err(|_| invalid(name, v, hint)),
-            }
-        }
-        let lengths = match get("CACHEWRIGHT_TAG_SEARCH_LENGTHS") {
-            None => None,
-            Some(v) => {
-                Some(v.split(',').map(|p| p.trim().parse::<usize>()).collect::<Result<Vec<_>, _>>().map_err(|_| {
-                    invalid("CACHEWRIGHT_TAG_SEARCH_LENGTHS", &v, "use comma-separated lengths such as 2,3")
-                })?)
-            }
-        };
-        Ok(RawConfig {
-            mongodb_uri: get("MONGODB_URI"),
-            mongodb_db: get("MONGODB_DB"),
-            redis_url: get("REDIS_URL"),
-            redis_password: get("REDIS_PASSWORD"),
-            redis_db: parse(&get, "REDIS_DB", "use a database number such as 0")?,
-            redis_tls_ca: get("REDIS_TLS_CA").map(PathBuf::from),
-            redis_tls_cert: get("REDIS_TLS_CERT").map(PathBuf::from),
-            redis_tls_key: get("REDIS_TLS_KEY").map(PathBuf::from),
-            prefix: get("CACHEWRIGHT_PREFIX"),
-            status_prefix: get("CACHEWRIGHT_STATUS_PREFIX"),
-            ttl_jitter: parse(&get, "CACHEWRIGHT_TTL_JITTER", "use a fraction between 0 and 1, such as 0.1")?,
-            tag_search_lengths: lengths,
-            home_limit: parse(&get, "CACHEWRIGHT_HOME_LIMIT", "use a positive number such as 500")?,
-            read_batch_size: parse(&get, "CACHEWRIGHT_READ_BATCH_SIZE", "use a positive number such as 2000")?,
-            write_batch_ops: parse(&get, "CACHEWRIGHT_WRITE_BATCH_OPS", "use a positive number such as 1000")?,
-            write_concurrency: parse(&get, "CACHEWRIGHT_WRITE_CONCURRENCY", "use a positive number such as 4")?,
-            lease_seconds: parse(&get, "CACHEWRIGHT_LEASE_SECONDS", "use whole seconds such as 30")?,
-            sweep_max_share: parse(&get, "CACHEWRIGHT_SWEEP_MAX_SHARE", "use a fraction between 0 and 1, such as 0.5")?,
-            watch_max_lag_seconds: parse(&get, "CACHEWRIGHT_WATCH_MAX_LAG_SECONDS", "use whole seconds such as 60")?,
-            collections: RawCollections {
-                channel: get("CACHEWRIGHT_COLLECTION_CHANNEL"),
-                category: get("CACHEWRIGHT_COLLECTION_CATEGORY"),
-                tag: get("CACHEWRIGHT_COLLECTION_TAG"),
-                video: get("CACHEWRIGHT_COLLECTION_VIDEO"),
-            },
-            ttl: RawTtl {
-                count: parse(&get, "CACHEWRIGHT_TTL_COUNT", "use whole seconds such as 3600")?,
-                index: parse(&get, "CACHEWRIGHT_TTL_INDEX", "use whole seconds such as 7200")?,
-                detail: parse(&get, "CACHEWRIGHT_TTL_DETAIL", "use whole seconds such as 86400")?,
-                catalog: parse(&get, "CACHEWRIGHT_TTL_CATALOG", "use whole seconds such as 604800")?,
-            },
-        })
-    }
-
-    /// Stacks `self` over `low`: a value set here wins.
-    pub fn over(mut self, mut low: RawConfig) -> RawConfig {
-        take_over!(self, low, mongodb_uri);
-        take_over!(self, low, mongodb_db);
-        take_over!(self, low, redis_url);
-        take_over!(self, low, redis_password);
-        take_over!(self, low, redis_db);
-        take_over!(self, low, redis_tls_ca);
-        take_over!(self, low, redis_tls_cert);
-        take_over!(self, low, redis_tls_key);
-        take_over!(self, low, prefix);
-        take_over!(self, low, status_prefix);
-        take_over!(self, low, ttl_jitter);
-        take_over!(self, low, tag_search_lengths);
-        take_over!(self, low, home_limit);
-        take_over!(self, low, read_batch_size);
-        take_over!(self, low, write_batch_ops);
-        take_over!(self, low, write_concurrency);
-        take_over!(self, low, lease_seconds);
-        take_over!(self, low, sweep_max_share);
-        take_over!(self, low, watch_max_lag_seconds);
-        take_over!(self, low, collections.channel);
-        take_over!(self, low, collections.category);
-        take_over!(self, low, collections.tag);
-        take_over!(self, low, collections.video);
-        take_over!(self, low, ttl.count);
-        take_over!(self, low, ttl.index);
-        take_over!(self, low, ttl.detail);
-        take_over!(self, low, ttl.catalog);
-        self
-    }
+/// A setting every layer left unset although it has a declared default:
+/// only possible for a `RawConfig` built without [`RawConfig::defaults`].
+fn given<T>(value: Option<T>, setting: &'static str) -> Result<T, ConfigError> {
+    value.ok_or_else(|| invalid(setting, "", "set a value"))
 }
 
 /// TLS material for Redis, as file paths (read when connecting).
@@ -300,6 +159,67 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// The secrets a connection string carries: its password (everything
+/// between the user name and the last `@`) and the values of its secret
+/// query parameters, each also percent-decoded.
+fn secrets_of(url: &str) -> Vec<String> {
+    let mut secrets = Vec::new();
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
+    if let Some(at) = rest.rfind('@')
+        && let Some((_, password)) = rest[..at].split_once(':')
+    {
+        secrets.push(password.to_string());
+    }
+    if let Some((_, query)) = url.split_once('?') {
+        // From the first secret parameter on, the rest may all be secret.
+        if let Some(pos) = query.split('&').position(|p| p.split_once('=').is_some_and(|(n, _)| secret_param(n))) {
+            let tail: Vec<&str> = query.split('&').skip(pos).collect();
+            secrets.push(tail.join("&").split_once('=').map(|(_, v)| v.to_string()).unwrap_or_default());
+            for param in tail {
+                if let Some((_, value)) = param.split_once('=') {
+                    secrets.push(value.to_string());
+                }
+            }
+        }
+    }
+    let decoded: Vec<String> = secrets.iter().map(|s| percent_decode(s)).collect();
+    secrets.extend(decoded);
+    secrets.retain(|s| s.len() >= 3);
+    // Longest first, so a secret is hidden whole before its parts.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A driver's message about `url`, with any secret of `url` it quotes
+/// replaced by `***`: drivers may echo parts of a malformed string.
+pub fn scrub(message: &str, url: &str) -> String {
+    let mut message = message.to_string();
+    for secret in secrets_of(url) {
+        message = message.replace(&secret, "***");
+    }
+    message
+}
+
 /// Hides, from the first secret query parameter on, everything after the
 /// first `?`: a secret value may itself hold `&`, `=`, `@` or `#`.
 fn hide_secret_params(url: &str) -> String {
@@ -329,7 +249,8 @@ fn check_prefix(setting: &'static str, value: &str) -> Result<(), ConfigError> {
 impl Config {
     /// Validates a stacked raw configuration, filling in defaults.
     pub fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
-        let mongodb_uri = raw.mongodb_uri.unwrap_or_else(|| "mongodb://127.0.0.1:27017".into());
+        let raw = raw.over(RawConfig::defaults());
+        let mongodb_uri = given(raw.mongodb_uri, "MONGODB_URI")?;
         if !(mongodb_uri.starts_with("mongodb://") || mongodb_uri.starts_with("mongodb+srv://")) {
             return Err(invalid(
                 "MONGODB_URI",
@@ -337,11 +258,11 @@ impl Config {
                 "use a mongodb:// or mongodb+srv:// connection string",
             ));
         }
-        let mongodb_db = raw.mongodb_db.unwrap_or_else(|| "app".into());
+        let mongodb_db = given(raw.mongodb_db, "MONGODB_DB")?;
         if mongodb_db.is_empty() || mongodb_db.contains(['/', '\\', '.', ' ', '"', '$']) {
             return Err(invalid("MONGODB_DB", &mongodb_db, "use a plain database name such as app"));
         }
-        let redis_url = raw.redis_url.unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+        let redis_url = given(raw.redis_url, "REDIS_URL")?;
         if !(redis_url.starts_with("redis://")
             || redis_url.starts_with("rediss://")
             || redis_url.starts_with("redis+unix://")
@@ -375,8 +296,8 @@ impl Config {
         if let Some(db) = raw.redis_db.filter(|db| !(0..=1_000_000).contains(db)) {
             return Err(invalid("REDIS_DB", db, "use a database number such as 0"));
         }
-        let prefix = raw.prefix.unwrap_or_else(|| "app:".into());
-        let status_prefix = raw.status_prefix.unwrap_or_else(|| "cachewright:".into());
+        let prefix = given(raw.prefix, "CACHEWRIGHT_PREFIX")?;
+        let status_prefix = given(raw.status_prefix, "CACHEWRIGHT_STATUS_PREFIX")?;
         check_prefix("CACHEWRIGHT_PREFIX", &prefix)?;
         check_prefix("CACHEWRIGHT_STATUS_PREFIX", &status_prefix)?;
         if prefix.starts_with(&status_prefix) || status_prefix.starts_with(&prefix) {
@@ -388,11 +309,11 @@ impl Config {
                 ),
             ));
         }
-        let ttl_jitter = raw.ttl_jitter.unwrap_or(0.1);
+        let ttl_jitter = given(raw.ttl_jitter, "CACHEWRIGHT_TTL_JITTER")?;
         if !(0.0..=1.0).contains(&ttl_jitter) {
             return Err(invalid("CACHEWRIGHT_TTL_JITTER", ttl_jitter, "use a fraction between 0 and 1, such as 0.1"));
         }
-        let sweep_max_share = raw.sweep_max_share.unwrap_or(0.5);
+        let sweep_max_share = given(raw.sweep_max_share, "CACHEWRIGHT_SWEEP_MAX_SHARE")?;
         if !(0.0..=1.0).contains(&sweep_max_share) {
             return Err(invalid(
                 "CACHEWRIGHT_SWEEP_MAX_SHARE",
@@ -400,19 +321,19 @@ impl Config {
                 "use a fraction between 0 and 1, such as 0.5 (1 lets a sweep delete everything)",
             ));
         }
-        let tier = |v: Option<u64>, t: Tier, setting: &'static str| -> Result<u64, ConfigError> {
-            match v.unwrap_or(t.default_seconds()) {
+        let tier = |v: Option<u64>, setting: &'static str| -> Result<u64, ConfigError> {
+            match given(v, setting)? {
                 0 => Err(invalid(setting, 0, "every key needs a TTL; use a positive number of seconds")),
                 s => Ok(s),
             }
         };
         let ttl = TierSeconds {
-            count: tier(raw.ttl.count, Tier::Count, "CACHEWRIGHT_TTL_COUNT")?,
-            index: tier(raw.ttl.index, Tier::Index, "CACHEWRIGHT_TTL_INDEX")?,
-            detail: tier(raw.ttl.detail, Tier::Detail, "CACHEWRIGHT_TTL_DETAIL")?,
-            catalog: tier(raw.ttl.catalog, Tier::Catalog, "CACHEWRIGHT_TTL_CATALOG")?,
+            count: tier(raw.ttl_count, "CACHEWRIGHT_TTL_COUNT")?,
+            index: tier(raw.ttl_index, "CACHEWRIGHT_TTL_INDEX")?,
+            detail: tier(raw.ttl_detail, "CACHEWRIGHT_TTL_DETAIL")?,
+            catalog: tier(raw.ttl_catalog, "CACHEWRIGHT_TTL_CATALOG")?,
         };
-        let tag_search_lengths = raw.tag_search_lengths.unwrap_or_else(|| vec![2, 3]);
+        let tag_search_lengths = given(raw.tag_search_lengths, "CACHEWRIGHT_TAG_SEARCH_LENGTHS")?;
         if tag_search_lengths.is_empty() || tag_search_lengths.iter().any(|&l| l == 0 || l > 64) {
             return Err(invalid(
                 "CACHEWRIGHT_TAG_SEARCH_LENGTHS",
@@ -423,12 +344,12 @@ impl Config {
         if raw.home_limit == Some(0) {
             return Err(invalid("CACHEWRIGHT_HOME_LIMIT", 0, "use a positive number such as 500"));
         }
-        let positive = |v: Option<usize>, default: usize, setting: &'static str| match v.unwrap_or(default) {
+        let positive = |v: Option<u64>, setting: &'static str| match given(v, setting)? {
             0 => Err(invalid(setting, 0, "use a positive number")),
             n => Ok(n),
         };
-        let collection = |v: Option<String>, default: &str, setting: &'static str| {
-            let name = v.unwrap_or_else(|| default.to_string());
+        let collection = |v: Option<String>, setting: &'static str| {
+            let name = given(v, setting)?;
             if name.is_empty() || name.contains('$') || name.contains('\0') {
                 Err(invalid(setting, &name, "use a plain collection name"))
             } else {
@@ -437,21 +358,18 @@ impl Config {
         };
         Ok(Config {
             collections: Collections {
-                channel: collection(raw.collections.channel, "Channel", "CACHEWRIGHT_COLLECTION_CHANNEL")?,
-                category: collection(raw.collections.category, "Category", "CACHEWRIGHT_COLLECTION_CATEGORY")?,
-                tag: collection(raw.collections.tag, "Tag", "CACHEWRIGHT_COLLECTION_TAG")?,
-                video: collection(raw.collections.video, "VideoMedia", "CACHEWRIGHT_COLLECTION_VIDEO")?,
+                channel: collection(raw.collection_channel, "CACHEWRIGHT_COLLECTION_CHANNEL")?,
+                category: collection(raw.collection_category, "CACHEWRIGHT_COLLECTION_CATEGORY")?,
+                tag: collection(raw.collection_tag, "CACHEWRIGHT_COLLECTION_TAG")?,
+                video: collection(raw.collection_video, "CACHEWRIGHT_COLLECTION_VIDEO")?,
             },
-            read_batch_size: raw.read_batch_size.unwrap_or(2000).max(1),
-            write_batch_ops: positive(raw.write_batch_ops, 1000, "CACHEWRIGHT_WRITE_BATCH_OPS")?,
-            write_concurrency: positive(raw.write_concurrency, 4, "CACHEWRIGHT_WRITE_CONCURRENCY")?,
-            lease_seconds: positive(raw.lease_seconds.map(|s| s as usize), 30, "CACHEWRIGHT_LEASE_SECONDS")? as u64,
+            read_batch_size: positive(raw.read_batch_size.map(u64::from), "CACHEWRIGHT_READ_BATCH_SIZE")? as u32,
+            write_batch_ops: positive(raw.write_batch_ops.map(|n| n as u64), "CACHEWRIGHT_WRITE_BATCH_OPS")? as usize,
+            write_concurrency: positive(raw.write_concurrency.map(|n| n as u64), "CACHEWRIGHT_WRITE_CONCURRENCY")?
+                as usize,
+            lease_seconds: positive(raw.lease_seconds, "CACHEWRIGHT_LEASE_SECONDS")?,
             sweep_max_share,
-            watch_max_lag_seconds: positive(
-                raw.watch_max_lag_seconds.map(|s| s as usize),
-                60,
-                "CACHEWRIGHT_WATCH_MAX_LAG_SECONDS",
-            )? as u64,
+            watch_max_lag_seconds: positive(raw.watch_max_lag_seconds, "CACHEWRIGHT_WATCH_MAX_LAG_SECONDS")?,
             mongodb_uri,
             mongodb_db,
             redis_url,
@@ -512,12 +430,13 @@ mod tests {
         /// string: the redactor, configuration errors, the config's Debug.
         #[test]
         fn secrets_never_show(secret in "[A-Za-z0-9/@:?#%&=+._~-]{6,24}", user in "[a-z]{1,8}") {
-            prop_assume!(!user.contains(&secret) && !"redis://127.0.0.1:6379/0mongodb://h:27017/dbrediss+unixsock".contains(&secret));
+            prop_assume!(!user.contains(&secret) && !"redis://127.0.0.1:6379/0mongodb://h:27017/dbrediss+unixsock?authSource=admin".contains(&secret));
             let forms = [
                 format!("redis://{user}:{secret}@127.0.0.1:6379/0"),
                 format!("rediss://:{secret}@h:6380"),
                 format!("mongodb://{user}:{secret}@h1:27017,h2:27017/db?replicaSet=rs"),
                 format!("redis+unix:///tmp/r.sock?db=0&pass={secret}"),
+                format!("mongodb://{user}:{secret}@h:27017/?authSource=admin"),
                 format!("mongodb://h:27017/?tls=true&tlsCertificateKeyFilePassword={secret}"),
             ];
             for url in &forms {
@@ -532,9 +451,23 @@ mod tests {
                     Ok(cfg) => {
                         let shown = format!("{cfg:?}");
                         prop_assert!(!shown.contains(&secret), "{}", shown);
+                        // The Redis edge's errors, as printed with their causes.
+                        if let Err(err) = crate::sink::client(&cfg) {
+                            prop_assert!(!format!("{err} {err:?}").contains(&secret), "{}", err);
+                        }
                     }
                     Err(err) => prop_assert!(!err.to_string().contains(&secret), "{}", err),
                 }
+                // The MongoDB edge parses the URI; its errors quote it at times.
+                let mongo_only = RawConfig { mongodb_uri: Some(url.clone()), ..RawConfig::default() };
+                if let Ok(cfg) = Config::from_raw(mongo_only) {
+                    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                    if let Err(err) = rt.block_on(crate::source::client_options(&cfg)) {
+                        prop_assert!(!err.to_string().contains(&secret), "{}", err);
+                    }
+                }
+                let quoted = scrub(&format!("driver said: {url}"), url);
+                prop_assert!(!quoted.contains(&secret), "{}", quoted);
             }
         }
     }
@@ -590,7 +523,7 @@ mod tests {
         );
         let raw = RawConfig { status_prefix: Some("app:status:".into()), ..RawConfig::default() };
         assert!(Config::from_raw(raw).unwrap_err().to_string().contains("must not live under the data prefix"));
-        let raw = RawConfig { ttl: RawTtl { index: Some(0), ..RawTtl::default() }, ..RawConfig::default() };
+        let raw = RawConfig { ttl_index: Some(0), ..RawConfig::default() };
         assert!(Config::from_raw(raw).is_err());
     }
 

@@ -77,6 +77,10 @@ pub async fn run(cfg: &Config, rate: u64, seconds: u64) -> super::DevResult<Watc
     if ids.is_empty() {
         return Err("no active videos; generate a data set first".into());
     }
+    // Titles carry this run's nonce: an update that sets a value the
+    // document already holds is a no-op MongoDB never reports, and a
+    // repeated run would wait for events that never come.
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
     let written = |id: &mongodb::bson::Bson| match id {
         mongodb::bson::Bson::ObjectId(o) => o.to_hex(),
         other => other.as_str().unwrap_or_default().to_string(),
@@ -114,7 +118,7 @@ pub async fn run(cfg: &Config, rate: u64, seconds: u64) -> super::DevResult<Watc
         let id = ids[(seq as usize * 7919) % ids.len()].clone();
         sent.lock().unwrap_or_else(|e| e.into_inner()).insert(written(&id), Instant::now());
         let videos = videos.clone();
-        let title = format!("bench {seq}");
+        let title = format!("bench {nonce}-{seq}");
         inflight.push(async move { videos.update_one(doc! { "_id": id }, doc! { "$set": { "title": title } }).await });
         while inflight.len() > 64 {
             inflight.next().await;
@@ -141,7 +145,7 @@ pub async fn run(cfg: &Config, rate: u64, seconds: u64) -> super::DevResult<Watc
     for n in 0..backlog {
         let id = ids[(n as usize * 104_729) % ids.len()].clone();
         let videos = videos.clone();
-        let title = format!("backlog {n}");
+        let title = format!("backlog {nonce}-{n}");
         inflight.push(async move { videos.update_one(doc! { "_id": id }, doc! { "$set": { "title": title } }).await });
         if inflight.len() >= 128 {
             inflight.next().await;

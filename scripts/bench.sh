@@ -36,10 +36,21 @@ flush
 say "(a) read only and (b) write only"
 "${DEV[@]}" bench --yes --out "$OUT/parts.json" 2>"$OUT/bench.log"
 flush
+# Readers: one client doing GETs of a small key, idle and during a rebuild.
+reader() { redis-benchmark -p "$REDIS_PORT" -c 1 -n "$1" -t get >"$2" 2>&1; }
+cli() { redis-cli -p "$REDIS_PORT" "$@"; }
 say "(c) full rebuild into an empty Redis"
+cli CONFIG RESETSTAT >/dev/null
 "$BIN" rebuild --summary-json "$OUT/rebuild.json" >"$OUT/rebuild.txt" 2>"$OUT/rebuild.log"
-say "(c') full rebuild again, over its own keys (sweep path)"
+cli LATENCY HISTOGRAM exec >"$OUT/exec-empty.txt"
+say "(c') full rebuild again, over its own keys (sweep path), with a reader"
+cli SET bench:reader value >/dev/null
+reader 20000 "$OUT/reader-idle.txt"
+cli CONFIG RESETSTAT >/dev/null
+reader 40000 "$OUT/reader-busy.txt" &
 "$BIN" rebuild --summary-json "$OUT/rebuild-warm.json" >"$OUT/rebuild-warm.txt" 2>"$OUT/rebuild-warm.log"
+wait
+cli LATENCY HISTOGRAM exec >"$OUT/exec-warm.txt"
 
 say "watcher: latency at 1,000 updates/s, then the sustained apply rate"
 flush
@@ -62,6 +73,23 @@ print(f"(c') full rebuild, warm        {w['duration_seconds']:8.2f} s wall, {w['
 print(f"c / max(a, b)                  {cw / max(a, b):8.2f}")
 print(f"c / (a + b)                    {cw / (a + b):8.2f}")
 print(f"redis used_memory after        {mib(c['used_memory_after'])}")
+def exec_p99(path):
+    # redis-cli prints: exec, calls, N, histogram_usec, then bucket/cumulative pairs.
+    words = open(path).read().split()
+    calls = int(words[words.index("calls") + 1])
+    pairs = words[words.index("histogram_usec") + 1:]
+    for bucket, count in zip(pairs[::2], pairs[1::2]):
+        if int(count) >= 0.99 * calls:
+            return f"<= {int(bucket) / 1000:.2f} ms over {calls} transactions"
+def reader(path, q):
+    for line in open(path):
+        if "% <=" in line and float(line.split("%")[0]) >= q:
+            return float(line.split()[2])
+print(f"EXEC p99 (LATENCY HISTOGRAM)   empty: {exec_p99(f'{out}/exec-empty.txt')}; warm: {exec_p99(f'{out}/exec-warm.txt')}")
+for name in ["idle", "busy"]:
+    f = f"{out}/reader-{name}.txt"
+    label = "idle" if name == "idle" else "during warm rebuild"
+    print(f"reader GET {label:20} p99 {reader(f, 99)} ms, p99.9 {reader(f, 99.9)} ms")
 wb = json.load(open(f"{out}/watch.json"))
 print(f"watcher, {wb['rate_per_s']} updates/s for {wb['updates_sent']} updates, window {wb['window_ms']} ms:")
 print(f"  event-to-Redis latency       p50 {wb['latency_p50_ms']:.0f} ms, p99 {wb['latency_p99_ms']:.0f} ms")

@@ -153,24 +153,31 @@ pub struct Batcher {
     tx: mpsc::Sender<Vec<Op>>,
     max_ops: usize,
     current: Vec<Op>,
-    weight: usize,
+    cost: usize,
 }
 
-/// About this many payload bytes go in one MULTI/EXEC.
-const BATCH_BYTES: usize = 256 << 10;
+/// The Redis cost (see [`crate::plan::Value::cost`]) one MULTI/EXEC may
+/// carry: about 0.4 ms of Redis time, which the site's readers wait
+/// behind. A single key above it goes alone.
+const BATCH_COST: usize = 400_000;
 
 impl Batcher {
     pub fn new(tx: mpsc::Sender<Vec<Op>>, max_ops: usize) -> Batcher {
-        Batcher { tx, max_ops, current: Vec::new(), weight: 0 }
+        Batcher { tx, max_ops, current: Vec::new(), cost: 0 }
     }
 
     /// Queues ops; returns false once the writer has stopped (it failed,
     /// and its error is what the run reports).
     pub async fn send(&mut self, ops: Vec<Op>) -> bool {
         for op in ops {
-            self.weight += op.value.weight() + op.key.text.len();
+            let cost = op.value.cost() + op.key.text.len() + crate::plan::KEY_COST;
+            // A key that would take the batch past its budget starts the next.
+            if !self.current.is_empty() && self.cost + cost > BATCH_COST && !self.flush().await {
+                return false;
+            }
+            self.cost += cost;
             self.current.push(op);
-            if (self.current.len() >= self.max_ops || self.weight >= BATCH_BYTES) && !self.flush().await {
+            if (self.current.len() >= self.max_ops || self.cost >= BATCH_COST) && !self.flush().await {
                 return false;
             }
         }
@@ -181,7 +188,7 @@ impl Batcher {
         if self.current.is_empty() {
             return true;
         }
-        self.weight = 0;
+        self.cost = 0;
         self.tx.send(std::mem::take(&mut self.current)).await.is_ok()
     }
 }
@@ -401,4 +408,45 @@ async fn run_pipeline(
         not_utf8,
         kept_names: written.names,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::Keys;
+    use crate::plan::Value;
+    use crate::registry::FamilyId;
+
+    fn detail(keys: &Keys, i: usize, bytes: usize) -> Op {
+        Op { key: keys.key(FamilyId::VideoDetail, &[&format!("v{i}")]), value: Value::String("x".repeat(bytes)) }
+    }
+
+    /// Transactions are bounded by what they cost Redis, not only by key
+    /// count: many small keys fill one up to the budget, a key above the
+    /// budget goes alone, and a zset of short members costs by element.
+    #[tokio::test]
+    async fn batches_are_bounded_by_redis_cost() {
+        let keys = Keys::new("app:");
+        let (tx, mut rx) = mpsc::channel(64);
+        let mut batcher = Batcher::new(tx, 1000);
+        let small: Vec<Op> = (0..400).map(|i| detail(&keys, i, 800)).collect();
+        assert!(batcher.send(small).await);
+        assert!(batcher.send(vec![detail(&keys, 9999, BATCH_COST * 2)]).await);
+        let members = (0..2000).map(|i| (i as i64, format!("m{i}"))).collect();
+        let zset = Op { key: keys.key(FamilyId::VideoListHome, &["s", "latest"]), value: Value::Zset(members) };
+        assert!(batcher.send(vec![zset]).await);
+        assert!(batcher.flush().await);
+        drop(batcher);
+        let mut sizes = Vec::new();
+        while let Some(batch) = rx.recv().await {
+            let cost: usize = batch.iter().map(|op| op.value.cost() + crate::plan::KEY_COST).sum();
+            assert!(batch.len() == 1 || cost <= BATCH_COST, "a batch of {} keys costs {cost}", batch.len());
+            sizes.push(batch.len());
+        }
+        // 400 details fill batches up to the budget; the big string and
+        // the zset (2000 members at 1,200+ each) go alone.
+        let one = detail(&keys, 1, 800);
+        let per = BATCH_COST / (one.value.cost() + one.key.text.len() + crate::plan::KEY_COST);
+        assert_eq!(sizes, vec![per, per, 400 - 2 * per, 1, 1], "{sizes:?}");
+    }
 }

@@ -267,8 +267,49 @@ impl Sink {
     }
 
     /// One fenced attempt: `Ok(false)` when Redis refused it.
+    ///
+    /// Every pooled connection carries a `WATCH` on the epoch key, set
+    /// when the epoch was last read back as ours: any change of the epoch
+    /// since then makes the next `EXEC` on it fail. So one round trip does
+    /// the transaction and re-arms the connection for the next one
+    /// (`MULTI … EXEC WATCH epoch GET epoch`); only a fresh connection needs
+    /// a round trip of its own first. Small transactions (see the batch
+    /// cost bound) thus cost no extra round trips.
     async fn try_fenced(&self, fence: &Fence, pipe: &redis::Pipeline) -> redis::RedisResult<bool> {
-        let mut conn = self.checkout().await?;
+        let Some(mut conn) = self.checkout_watched(fence).await? else { return Ok(false) };
+        let mut full = redis::pipe();
+        full.cmd("MULTI").ignore();
+        for cmd in pipe.cmd_iter() {
+            full.add_command(cmd.clone()).ignore();
+        }
+        full.cmd("EXEC").cmd("WATCH").arg(&fence.key).ignore().cmd("GET").arg(&fence.key);
+        let (applied, current): (redis::Value, Option<u64>) = full.query_async(&mut conn).await?;
+        if let redis::Value::Array(replies) = &applied
+            && let Some(redis::Value::ServerError(err)) =
+                replies.iter().find(|r| matches!(r, redis::Value::ServerError(_)))
+        {
+            return Err(err.clone().into());
+        }
+        let applied = !matches!(applied, redis::Value::Nil);
+        // Re-armed only while the epoch is still ours; otherwise the
+        // connection is dropped with its watch.
+        if applied && current == Some(fence.epoch) {
+            self.checkin(conn);
+        }
+        Ok(applied)
+    }
+
+    /// A connection no other task uses while it is out, watching the epoch
+    /// key since a moment the epoch was ours; `None` when it no longer is.
+    async fn checkout_watched(&self, fence: &Fence) -> redis::RedisResult<Option<redis::aio::MultiplexedConnection>> {
+        let pooled = self.exclusive.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        if let Some(conn) = pooled {
+            return Ok(Some(conn));
+        }
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(5)))
+            .set_response_timeout(Some(Duration::from_secs(60)));
+        let mut conn = self.client.get_multiplexed_async_connection_with_config(&config).await?;
         let (current,): (Option<u64>,) = redis::pipe()
             .cmd("WATCH")
             .arg(&fence.key)
@@ -277,27 +318,7 @@ impl Sink {
             .arg(&fence.key)
             .query_async(&mut conn)
             .await?;
-        if current != Some(fence.epoch) {
-            redis::cmd("UNWATCH").query_async::<()>(&mut conn).await?;
-            self.checkin(conn);
-            return Ok(false);
-        }
-        let applied: Option<()> = pipe.query_async(&mut conn).await?;
-        self.checkin(conn);
-        Ok(applied.is_some())
-    }
-
-    /// A connection no other task uses while it is out (so its `WATCH`
-    /// covers only this batch).
-    async fn checkout(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
-        let pooled = self.exclusive.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        if let Some(conn) = pooled {
-            return Ok(conn);
-        }
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(5)))
-            .set_response_timeout(Some(Duration::from_secs(60)));
-        self.client.get_multiplexed_async_connection_with_config(&config).await
+        Ok((current == Some(fence.epoch)).then_some(conn))
     }
 
     fn checkin(&self, conn: redis::aio::MultiplexedConnection) {

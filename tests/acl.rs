@@ -38,15 +38,10 @@ fn config_as_user(redis: &Redis, name: &str) -> Config {
 }
 
 fn cli(cfg: &Config, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_cachewright"))
+    common::cachewright(cfg)
         .args(args)
-        .env("MONGODB_URI", &cfg.mongodb_uri)
-        .env("MONGODB_DB", &cfg.mongodb_db)
-        .env("REDIS_URL", &cfg.redis_url)
-        .env("CACHEWRIGHT_PREFIX", &cfg.prefix)
-        .env("CACHEWRIGHT_STATUS_PREFIX", &cfg.status_prefix)
-        .env("CACHEWRIGHT_HOME_LIMIT", "3")
-        .env_remove("CACHEWRIGHT_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .output()
         .expect("run cachewright")
 }

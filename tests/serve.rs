@@ -49,18 +49,10 @@ fn serve_here(cfg: &Config, schedules: &str, watch: bool, listener: tokio::net::
 }
 
 /// Starts the `cachewright serve` binary without a watcher.
-fn serve_process(s: &common::Shared, cfg: &Config, schedules_dir: &std::path::Path) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_cachewright"))
+fn serve_process(cfg: &Config, schedules_dir: &std::path::Path) -> std::process::Child {
+    common::cachewright(cfg)
         .args(["serve", "--no-watch", "--http", "127.0.0.1:0", "--schedules"])
         .arg(schedules_dir)
-        .env("MONGODB_URI", s.mongo.uri())
-        .env("MONGODB_DB", &cfg.mongodb_db)
-        .env("REDIS_URL", s.redis.url())
-        .env("CACHEWRIGHT_PREFIX", &cfg.prefix)
-        .env("CACHEWRIGHT_STATUS_PREFIX", &cfg.status_prefix)
-        .env("CACHEWRIGHT_LEASE_SECONDS", cfg.lease_seconds.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
         .spawn()
         .expect("start cachewright serve")
 }
@@ -83,23 +75,20 @@ async fn http_endpoints_answer_and_health_fails_when_redis_is_down() {
     let (stop, server) = serve_here(&cfg, schedules, true, listener);
     // The watcher starts with a rebuild; wait for its job to be recorded.
     let mut conn = common::redis_conn(&redis.url()).await;
-    for _ in 0..500 {
-        let n: usize = redis::cmd("SCARD").arg("cw-http:jobs:completed").query_async(&mut conn).await.unwrap();
-        if n > 0 {
-            break;
+    common::wait_for("the watcher's start-up job to be recorded", Duration::from_secs(10), || {
+        let mut conn = conn.clone();
+        async move {
+            let n: usize = redis::cmd("SCARD").arg("cw-http:jobs:completed").query_async(&mut conn).await.unwrap();
+            n > 0
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // Ready once the leader's watcher streams.
-    let mut ready = (0, String::new());
-    for _ in 0..500 {
-        ready = get(addr, "/health").await;
-        if ready.0 == 200 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let (status, body) = ready;
+    })
+    .await;
+    // Ready once the leader's watcher streams (`/health` is the alias).
+    common::wait_for("/health to answer 200", Duration::from_secs(10), || async {
+        get(addr, "/health").await.0 == 200
+    })
+    .await;
+    let (status, body) = get(addr, "/health").await;
     assert_eq!(status, 200, "{body}");
     let health: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
@@ -255,7 +244,7 @@ async fn sigterm_mid_rebuild_stops_cleanly() {
         "[[schedule]]\nname = \"often\"\ncron = \"*/3 * * * * *\"\njob = \"rebuild\"\n",
     )
     .unwrap();
-    let mut child = serve_process(s, &cfg, dir.path());
+    let mut child = serve_process(&cfg, dir.path());
     let mut conn = common::redis_conn(&s.redis.url()).await;
     let mut run_id = None;
     for _ in 0..1000 {
@@ -317,7 +306,7 @@ async fn the_lease_is_taken_over_after_its_holder_is_killed() {
     let dir = tempfile::tempdir().unwrap();
     let text = "[[schedule]]\nname = \"often\"\ncron = \"*/2 * * * * *\"\njob = \"rebuild\"\n";
     std::fs::write(dir.path().join("s.toml"), text).unwrap();
-    let mut holder = serve_process(s, &cfg, dir.path());
+    let mut holder = serve_process(&cfg, dir.path());
     let lock = format!("{status}lock:rebuild:full");
     let mut conn = common::redis_conn(&s.redis.url()).await;
     let mut held = false;
@@ -413,21 +402,9 @@ async fn a_stopped_leader_is_replaced_within_a_lease_ttl_and_returns_as_a_follow
     let mut children: Vec<std::process::Child> = ports
         .iter()
         .map(|port| {
-            std::process::Command::new(env!("CARGO_BIN_EXE_cachewright"))
+            common::cachewright(&cfg)
                 .args(["serve", "--window-ms", "50", "--http", &format!("127.0.0.1:{port}"), "--schedules"])
                 .arg(dir.path())
-                .env("MONGODB_URI", s.mongo.uri())
-                .env("MONGODB_DB", &cfg.mongodb_db)
-                .env("REDIS_URL", s.redis.url())
-                .env("CACHEWRIGHT_PREFIX", &cfg.prefix)
-                .env("CACHEWRIGHT_STATUS_PREFIX", &status)
-                .env("CACHEWRIGHT_LEASE_SECONDS", cfg.lease_seconds.to_string())
-                .env("CACHEWRIGHT_TTL_COUNT", "864000")
-                .env("CACHEWRIGHT_TTL_INDEX", "864000")
-                .env("CACHEWRIGHT_TTL_DETAIL", "864000")
-                .env("CACHEWRIGHT_TTL_CATALOG", "864000")
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
                 .spawn()
                 .expect("start cachewright serve")
         })

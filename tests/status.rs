@@ -173,15 +173,11 @@ async fn status_follow_prints_escape_sequences_harmlessly() {
     use std::io::{BufRead, BufReader};
     let s = common::shared();
     let name = common::unique("follow");
-    let status_prefix = format!("cw-{name}:");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cachewright"))
+    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    let status_prefix = cfg.status_prefix.clone();
+    let mut child = common::cachewright(&cfg)
         .args(["status", "--follow"])
-        .env("REDIS_URL", s.redis.url())
-        .env("CACHEWRIGHT_STATUS_PREFIX", &status_prefix)
-        .env("CACHEWRIGHT_PREFIX", format!("{name}:"))
-        .env_remove("CACHEWRIGHT_CONFIG")
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
         .spawn()
         .expect("start status --follow");
     let conn = common::redis_conn(&s.redis.url()).await;

@@ -481,17 +481,10 @@ async fn deletes_while_the_watcher_is_killed_are_removed_after_it_restarts() {
     let mut d = data(&cfg, 9).await;
     d.seed().await;
     let spawn = || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_cachewright"))
+        // A short lease, so the restarted process takes over quickly.
+        common::cachewright(&cfg)
             .args(["watch", "--window-ms", "50"])
-            .env("MONGODB_URI", s.mongo.uri())
-            .env("MONGODB_DB", &name)
-            .env("REDIS_URL", s.redis.url())
-            .env("CACHEWRIGHT_PREFIX", &cfg.prefix)
-            .env("CACHEWRIGHT_STATUS_PREFIX", &cfg.status_prefix)
-            .env("CACHEWRIGHT_HOME_LIMIT", "5")
             .env("CACHEWRIGHT_LEASE_SECONDS", "2")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
             .spawn()
             .expect("start cachewright watch")
     };

@@ -31,11 +31,11 @@ pub enum Value {
 
 /// The cost of one collection element beyond its bytes (see
 /// [`Value::cost`]); measured with `LATENCY HISTOGRAM exec` at 58K.
-pub const ELEMENT_COST: usize = 600;
+const ELEMENT_COST: usize = 600;
 
 /// The cost of a key beyond its value: the commands of its replace
 /// (`SET … EX`, or `DEL`, the adds and `EXPIRE`) and the key itself.
-pub const KEY_COST: usize = 2_000;
+const KEY_COST: usize = 2_000;
 
 impl Value {
     pub fn redis_type(&self) -> crate::registry::RedisType {
@@ -69,6 +69,14 @@ impl Value {
 pub struct Op {
     pub key: Key,
     pub value: Value,
+}
+
+impl Op {
+    /// What replacing this key costs Redis (see [`Value::cost`]), the key
+    /// and its commands included.
+    pub fn cost(&self) -> usize {
+        self.value.cost() + self.key.text.len() + KEY_COST
+    }
 }
 
 impl Op {

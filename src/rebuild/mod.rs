@@ -170,7 +170,7 @@ impl Batcher {
     /// and its error is what the run reports).
     pub async fn send(&mut self, ops: Vec<Op>) -> bool {
         for op in ops {
-            let cost = op.value.cost() + op.key.text.len() + crate::plan::KEY_COST;
+            let cost = op.cost();
             // A key that would take the batch past its budget starts the next.
             if !self.current.is_empty() && self.cost + cost > BATCH_COST && !self.flush().await {
                 return false;
@@ -439,14 +439,14 @@ mod tests {
         drop(batcher);
         let mut sizes = Vec::new();
         while let Some(batch) = rx.recv().await {
-            let cost: usize = batch.iter().map(|op| op.value.cost() + crate::plan::KEY_COST).sum();
+            let cost: usize = batch.iter().map(Op::cost).sum();
             assert!(batch.len() == 1 || cost <= BATCH_COST, "a batch of {} keys costs {cost}", batch.len());
             sizes.push(batch.len());
         }
         // 400 details fill batches up to the budget; the big string and
         // the zset (2000 members at 1,200+ each) go alone.
         let one = detail(&keys, 1, 800);
-        let per = BATCH_COST / (one.value.cost() + one.key.text.len() + crate::plan::KEY_COST);
+        let per = BATCH_COST / one.cost();
         assert_eq!(sizes, vec![per, per, 400 - 2 * per, 1, 1], "{sizes:?}");
     }
 }

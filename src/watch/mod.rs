@@ -172,7 +172,9 @@ pub async fn run_fenced(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), WatchError> {
     tokio::pin!(shutdown);
-    let sink = Sink::connect_for(cfg, crate::sink::Access::Write).await?.fenced(fence.clone());
+    // The callers (`run`, serve's supervisor) checked the user's
+    // permissions before taking the lease; a restart need not again.
+    let sink = Sink::connect(cfg).await?.fenced(fence.clone());
     let source = Source::connect(cfg).await?;
     let status = StatusKeys::new(cfg.status_prefix.clone());
     let ctx = plan_ctx(cfg, FamilySet::all());

@@ -192,3 +192,29 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     (status, body)
 }
+
+/// The `cachewright` binary set up for `cfg`: its servers, database,
+/// prefixes, home limit, lease and TTLs in the environment, and no config
+/// file or log filter from the caller's environment. Output is discarded
+/// unless the caller asks for it.
+pub fn cachewright(cfg: &Config) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_cachewright"));
+    cmd.env_remove("CACHEWRIGHT_CONFIG")
+        .env_remove("RUST_LOG")
+        .env("MONGODB_URI", &cfg.mongodb_uri)
+        .env("MONGODB_DB", &cfg.mongodb_db)
+        .env("REDIS_URL", &cfg.redis_url)
+        .env("CACHEWRIGHT_PREFIX", &cfg.prefix)
+        .env("CACHEWRIGHT_STATUS_PREFIX", &cfg.status_prefix)
+        .env("CACHEWRIGHT_LEASE_SECONDS", cfg.lease_seconds.to_string())
+        .env("CACHEWRIGHT_TTL_COUNT", cfg.ttl.count.to_string())
+        .env("CACHEWRIGHT_TTL_INDEX", cfg.ttl.index.to_string())
+        .env("CACHEWRIGHT_TTL_DETAIL", cfg.ttl.detail.to_string())
+        .env("CACHEWRIGHT_TTL_CATALOG", cfg.ttl.catalog.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    if let Some(limit) = cfg.home_limit {
+        cmd.env("CACHEWRIGHT_HOME_LIMIT", limit.to_string());
+    }
+    cmd
+}

@@ -60,7 +60,7 @@ async fn a_rebuilder_stalled_past_its_lease_lands_nothing_after_a_takeover() {
     };
     tokio::time::timeout(Duration::from_secs(120), proxy.wait_stalled()).await.expect("first rebuilder stalled");
     let lock = format!("{}lock:rebuild:full", direct.status_prefix);
-    let epoch_key = format!("{}lock:epoch", direct.status_prefix);
+    let epoch_key = format!("{0}lock:epoch:{{{0}lock:rebuild:full}}", direct.status_prefix);
     let first_epoch: u64 = get(&s.redis.url(), &epoch_key).await.unwrap().parse().unwrap();
 
     // MongoDB changes while it is stalled: a channel goes, videos change.

@@ -7,6 +7,7 @@ use cachewright::plan::FamilySet;
 use cachewright::progress::Progress;
 use cachewright::rebuild::{RebuildOptions, rebuild};
 use cachewright::registry::{FamilyId, Registry};
+use common::Setup;
 use common::render::Content;
 
 fn all() -> RebuildOptions {
@@ -15,14 +16,24 @@ fn all() -> RebuildOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edge_cases_land_in_redis_exactly_as_the_golden_file_says() {
+    edge_cases_land_exactly(Setup::OneNode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edge_cases_land_on_a_cluster_exactly_as_the_golden_file_says() {
+    edge_cases_land_exactly(Setup::Cluster).await;
+}
+
+async fn edge_cases_land_exactly(setup: Setup) {
     let s = common::shared();
+    let url = setup.redis_url();
     let name = common::unique("golden");
-    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    let cfg = common::config(&s.mongo.uri(), &url, &name);
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     let summary = rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild");
     assert_eq!(summary.rejected_total(), 11);
 
-    let dump = common::dump(&s.redis.url(), &cfg.prefix).await;
+    let dump = common::dump(&url, &cfg.prefix).await;
     let expected = std::fs::read_to_string(common::fixture_dir("edge-cases").join("expected-keys.txt")).unwrap();
     let actual = common::render_dump(&dump, &cfg.prefix);
     if expected != actual {
@@ -39,12 +50,22 @@ async fn edge_cases_land_in_redis_exactly_as_the_golden_file_says() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sweep_deletes_stale_family_keys_and_nothing_else() {
+    sweep_deletes_only_stale_keys(Setup::OneNode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweep_on_a_cluster_deletes_stale_family_keys_and_nothing_else() {
+    sweep_deletes_only_stale_keys(Setup::Cluster).await;
+}
+
+async fn sweep_deletes_only_stale_keys(setup: Setup) {
     let s = common::shared();
+    let url = setup.redis_url();
     let name = common::unique("sweep");
-    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    let cfg = common::config(&s.mongo.uri(), &url, &name);
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     let p = &cfg.prefix;
-    let mut conn = common::redis_conn(&s.redis.url()).await;
+    let mut conn = common::redis_conn(&url).await;
     // A cache to sweep (into an empty one, the planted keys alone would be
     // all its keys, and the sweep guard would refuse to delete them).
     rebuild(&cfg, &all(), &Progress::hidden()).await.expect("first rebuild");
@@ -77,7 +98,7 @@ async fn sweep_deletes_stale_family_keys_and_nothing_else() {
         .await
         .unwrap();
     rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild");
-    let dump = common::dump(&s.redis.url(), p).await;
+    let dump = common::dump(&url, p).await;
     for key in dump.keys() {
         let rest = key.strip_prefix(p.as_str()).unwrap();
         assert!(!rest.ends_with(":c2") && !rest.contains(":c2:"), "stale key {key}");

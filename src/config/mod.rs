@@ -96,6 +96,12 @@ pub struct Config {
     /// PEM files for `rediss://`: a private CA to trust instead of the
     /// public web roots, and a client certificate with its key.
     pub redis_tls: RedisTls,
+    /// `Some` overrides the detection of Redis Cluster (INFO
+    /// `cluster_enabled`).
+    pub redis_cluster: Option<bool>,
+    /// Further cluster seed nodes (`host:port`), reached with REDIS_URL's
+    /// scheme and credentials.
+    pub redis_cluster_nodes: Vec<String>,
     pub prefix: String,
     pub status_prefix: String,
     pub ttl_jitter: f64,
@@ -143,6 +149,25 @@ fn secret_param(name: &str) -> bool {
 /// user-info), and the value of the first secret query parameter with
 /// everything after it (`?db=0&pass=***`).
 /// Works on malformed strings too, erring on the side of hiding more.
+/// Parses `host:port,host:port` (blank: none).
+fn cluster_nodes(text: &str) -> Result<Vec<String>, ConfigError> {
+    let mut nodes = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let valid = part.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if !valid {
+            return Err(invalid(
+                "REDIS_CLUSTER_NODES",
+                part,
+                "use host:port pairs separated by commas, such as 10.0.0.2:6379,10.0.0.3:6379",
+            ));
+        }
+        nodes.push(part.to_string());
+    }
+    Ok(nodes)
+}
+
 pub fn redact_url(url: &str) -> String {
     let url = hide_secret_params(url);
     let scheme_end = url.find("://").map(|i| i + 3).unwrap_or(0);
@@ -296,6 +321,14 @@ impl Config {
         if let Some(db) = raw.redis_db.filter(|db| !(0..=1_000_000).contains(db)) {
             return Err(invalid("REDIS_DB", db, "use a database number such as 0"));
         }
+        let redis_cluster_nodes = cluster_nodes(raw.redis_cluster_nodes.as_deref().unwrap_or(""))?;
+        if raw.redis_cluster == Some(false) && !redis_cluster_nodes.is_empty() {
+            return Err(invalid(
+                "REDIS_CLUSTER_NODES",
+                redis_cluster_nodes.join(","),
+                "seed nodes are for Redis Cluster: unset REDIS_CLUSTER=false or these nodes",
+            ));
+        }
         let prefix = given(raw.prefix, "CACHEWRIGHT_PREFIX")?;
         let status_prefix = given(raw.status_prefix, "CACHEWRIGHT_STATUS_PREFIX")?;
         check_prefix("CACHEWRIGHT_PREFIX", &prefix)?;
@@ -376,6 +409,8 @@ impl Config {
             redis_password: raw.redis_password.filter(|p| !p.is_empty()),
             redis_db: raw.redis_db,
             redis_tls,
+            redis_cluster: raw.redis_cluster,
+            redis_cluster_nodes,
             prefix,
             status_prefix,
             ttl_jitter,

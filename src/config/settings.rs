@@ -92,6 +92,19 @@ macro_rules! integer_value {
 integer_value!(u32, u64, usize, i64);
 
 /// A list of lengths: `2,3` as text, `[2, 3]` in the file.
+impl Value for bool {
+    fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" => Some(true),
+            "false" | "0" | "no" => Some(false),
+            _ => None,
+        }
+    }
+    fn from_toml(value: &toml::Value) -> Option<Self> {
+        value.as_bool()
+    }
+}
+
 impl Value for Vec<usize> {
     fn parse(text: &str) -> Option<Self> {
         text.split(',').map(|p| p.trim().parse().ok()).collect()
@@ -230,6 +243,15 @@ settings! {
     redis_tls_key: PathBuf {
         env: "REDIS_TLS_KEY", key: "redis_tls_key", default: "", shown: "",
         help: "PEM private key of the client certificate", hint: "",
+    }
+    redis_cluster: bool {
+        env: "REDIS_CLUSTER", key: "redis_cluster", default: "", shown: "detected (INFO cluster_enabled)",
+        help: "Redis Cluster mode: true or false overrides the detection", hint: "use true or false",
+    }
+    redis_cluster_nodes: String {
+        env: "REDIS_CLUSTER_NODES", key: "redis_cluster_nodes", default: "", shown: "",
+        help: "More cluster seed nodes as host:port,host:port (REDIS_URL's scheme, user and password)",
+        hint: "use host:port pairs separated by commas, such as 10.0.0.2:6379,10.0.0.3:6379",
     }
     prefix: String {
         env: "CACHEWRIGHT_PREFIX", key: "prefix", default: "app:", shown: "",

@@ -52,8 +52,10 @@ impl StatusKeys {
 
     /// The fencing epoch: raised on every take-over of the writer lease;
     /// writes are applied only while it still holds the writer's epoch.
+    /// Its hash tag is the lease key, so on a Redis Cluster both live in
+    /// one slot and the take-over script may touch both.
     pub fn epoch(&self) -> String {
-        format!("{}lock:epoch", self.prefix)
+        format!("{}lock:epoch:{{{}}}", self.prefix, self.rebuild_lock())
     }
 
     /// The watcher's pending scopes: written before a batch's index keys,
@@ -79,6 +81,9 @@ mod tests {
         assert_eq!(k.health(), "cachewright:health:current");
         assert_eq!(k.total_jobs(), "cachewright:stats:total_jobs");
         assert_eq!(k.rebuild_lock(), "cachewright:lock:rebuild:full");
+        assert_eq!(k.epoch(), "cachewright:lock:epoch:{cachewright:lock:rebuild:full}");
+        let slot = |key: String| crate::sink::cluster::slot(key.as_bytes());
+        assert_eq!(slot(k.epoch()), slot(k.rebuild_lock()));
         assert_eq!(k.cdc_resume("VideoMedia"), "cachewright:cdc:resume:VideoMedia");
     }
 }

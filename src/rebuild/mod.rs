@@ -231,7 +231,7 @@ pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -
         }
     };
     let redis_run_id = sink.run_id().await?;
-    let sink = sink.fenced(fence);
+    let sink = sink.fenced(fence).await?;
     let mut reporter = JobReporter::start(sink.clone(), status, opts.trigger).await;
     tracing::info!(run_id = %reporter.run_id, trigger = %opts.trigger, "run registered");
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();

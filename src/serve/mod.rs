@@ -412,7 +412,15 @@ async fn lead(
     fence: &Fence,
     shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
 ) -> LeaderExit {
-    let leader_sink = shared.sink.clone().fenced(fence.clone());
+    let leader_sink = match shared.sink.clone().fenced(fence.clone()).await {
+        Ok(sink) => sink,
+        Err(err) => {
+            // Without its epoch in every slot the leader cannot write
+            // safely: step down, and try again as a follower would.
+            tracing::warn!(error = %err, "could not arm the writer fence; stepping down");
+            return LeaderExit::Lost;
+        }
+    };
     *lock(&shared.leader_sink) = Some(leader_sink.clone());
     // Report at once; the heartbeat task keeps it fresh.
     let keys = StatusKeys::new(cfg.status_prefix.clone());

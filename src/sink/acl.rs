@@ -159,7 +159,14 @@ impl Sink {
     /// without executing anything. On a refusal, names each denied
     /// command and how to grant it.
     pub async fn check_access(&self, cfg: &Config, access: Access) -> Result<(), SinkError> {
-        let mut conn = self.connection();
+        // One node, even on a cluster: the transaction must stay on one
+        // connection, and Redis checks permissions before it redirects a
+        // key of another master (that reply is `MOVED`, not a refusal).
+        let mut conn = self
+            .node_client()
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|source| SinkError::Scan { attempts: 1, source })?;
         let probes = probes(cfg, access);
         let mut pipe = redis::pipe();
         pipe.ignore_errors();

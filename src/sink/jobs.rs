@@ -69,27 +69,18 @@ impl Sink {
     ) -> Result<(Fields, Vec<(String, Fields)>), SinkError> {
         let mut conn = self.connection();
         let job: Fields = redis::cmd("HGETALL").arg(keys.job(run_id)).query_async(&mut conn).await.map_err(read_err)?;
-        let mut builders = Vec::new();
-        let mut cursor: u64 = 0;
         let prefix = keys.builder(run_id, "");
-        loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(keys.builders_glob(run_id))
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await
-                .map_err(read_err)?;
-            for key in batch {
-                let fields: Fields = redis::cmd("HGETALL").arg(&key).query_async(&mut conn).await.map_err(read_err)?;
-                builders.push((key.strip_prefix(&prefix).unwrap_or(&key).to_string(), fields));
-            }
-            cursor = next;
-            if cursor == 0 {
-                break;
-            }
+        let mut names = Vec::new();
+        self.for_each_key(&keys.builders_glob(run_id), |scanned| match scanned {
+            super::cluster_io::Scanned::Restart => names.clear(),
+            super::cluster_io::Scanned::Keys(batch) => names.extend(batch),
+        })
+        .await?;
+        let mut builders = Vec::new();
+        for key in names {
+            let key = String::from_utf8_lossy(&key).into_owned();
+            let fields: Fields = redis::cmd("HGETALL").arg(&key).query_async(&mut conn).await.map_err(read_err)?;
+            builders.push((key.strip_prefix(&prefix).unwrap_or(&key).to_string(), fields));
         }
         builders.sort_by_key(|(_, f)| f.get("started_at").cloned().unwrap_or_default());
         Ok((job, builders))

@@ -13,8 +13,8 @@
 //! that could not renew for a whole TTL counts itself out by its own
 //! clock. Dropping a [`Lease`] stops its renewer and releases it.
 
+use super::RedisConn;
 use crate::keys::status::StatusKeys;
-use redis::aio::ConnectionManager;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -113,7 +113,7 @@ impl Fence {
 pub struct Lease {
     key: String,
     token: String,
-    conn: ConnectionManager,
+    conn: RedisConn,
     fence: Fence,
     renewer: tokio::task::JoinHandle<()>,
     released: bool,
@@ -146,7 +146,7 @@ fn unix_ms() -> u64 {
 
 impl Lease {
     /// Takes the lease, or says who holds it.
-    pub async fn acquire(conn: ConnectionManager, keys: &StatusKeys, ttl: Duration) -> Result<Lease, LeaseError> {
+    pub async fn acquire(conn: RedisConn, keys: &StatusKeys, ttl: Duration) -> Result<Lease, LeaseError> {
         let key = keys.rebuild_lock();
         let token = holder_token();
         let mut c = conn.clone();
@@ -178,11 +178,7 @@ impl Lease {
 
     /// Waits until the lease can be taken (polling every third of its
     /// TTL), logging who holds it meanwhile.
-    pub async fn acquire_waiting(
-        conn: ConnectionManager,
-        keys: &StatusKeys,
-        ttl: Duration,
-    ) -> Result<Lease, LeaseError> {
+    pub async fn acquire_waiting(conn: RedisConn, keys: &StatusKeys, ttl: Duration) -> Result<Lease, LeaseError> {
         let mut last_holder = String::new();
         loop {
             match Lease::acquire(conn.clone(), keys, ttl).await {
@@ -233,7 +229,7 @@ impl Drop for Lease {
     }
 }
 
-async fn release(mut conn: ConnectionManager, key: String, token: String) {
+async fn release(mut conn: RedisConn, key: String, token: String) {
     let released: redis::RedisResult<i64> =
         redis::Script::new(RELEASE).key(&key).arg(&token).invoke_async(&mut conn).await;
     match released {
@@ -247,7 +243,7 @@ async fn release(mut conn: ConnectionManager, key: String, token: String) {
 /// Renews every third of the TTL. A renewal that fails or does not answer
 /// within that third is retried; after a whole TTL without one, the
 /// holder counts the lease as lost.
-async fn renew(mut conn: ConnectionManager, key: String, token: String, state: Arc<LeaseState>) {
+async fn renew(mut conn: RedisConn, key: String, token: String, state: Arc<LeaseState>) {
     let every = state.ttl / 3;
     loop {
         tokio::time::sleep(every).await;

@@ -2,6 +2,9 @@
 //! retries with backoff, and the sweep of keys a rebuild did not produce.
 
 pub mod acl;
+pub mod cluster;
+mod cluster_io;
+mod conn;
 mod inspect;
 pub mod jobs;
 pub mod lease;
@@ -13,6 +16,7 @@ mod sweep;
 mod writer;
 
 pub use acl::Access;
+pub use conn::RedisConn;
 pub use inspect::{Inspected, Observed};
 pub use lease::{Fence, Lease, LeaseError};
 pub use pipeline::{build_change_pipeline, build_pipeline, ttl_with_jitter};
@@ -24,12 +28,15 @@ pub use writer::{WriteOutcome, run_writer};
 use crate::config::{Config, TierSeconds, redact_url, scrub};
 use crate::plan::Op;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
     #[error("the Redis user lacks permissions this command needs, so nothing was written: {}; {grant}", denied.join("; "))]
     Permission { denied: Vec<String>, grant: String },
+    #[error("{0}")]
+    Cluster(String),
     #[error("cannot read {what} file {path}: {reason} (it must be a readable PEM file)")]
     TlsFile { what: String, path: String, reason: String },
     #[error(
@@ -80,6 +87,7 @@ impl SinkError {
             | SinkError::Fenced { .. }
             | SinkError::Stopped
             | SinkError::TlsFile { .. }
+            | SinkError::Cluster(_)
             | SinkError::Permission { .. } => false,
         }
     }
@@ -92,7 +100,10 @@ pub fn is_retriable(err: &redis::RedisError) -> bool {
         || err.is_connection_dropped()
         || err.is_connection_refusal()
         || err.is_timeout()
-        || matches!(err.code(), Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY"))
+        || matches!(
+            err.code(),
+            Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN" | "MOVED" | "ASK")
+        )
 }
 
 /// A connected Redis, with the write settings of one run.
@@ -102,11 +113,15 @@ pub fn is_retriable(err: &redis::RedisError) -> bool {
 /// the epoch is still its own, then `MULTI … EXEC`: Redis applies the
 /// batch only if no take-over raised the epoch in between. `WATCH` is
 /// per connection, so fenced writes use connections of their own, one
-/// batch at a time each.
+/// batch at a time each. On a Redis Cluster, writes are cut by slot and
+/// fenced by the epoch's copy in each slot instead (see [`cluster`]).
 #[derive(Clone)]
 pub struct Sink {
-    conn: ConnectionManager,
+    conn: RedisConn,
+    /// A plain client of `REDIS_URL`'s node: fenced connections on a
+    /// single Redis, pub/sub and the permission probe.
     client: redis::Client,
+    status_prefix: String,
     exclusive: std::sync::Arc<std::sync::Mutex<Vec<redis::aio::MultiplexedConnection>>>,
     fence: Option<Fence>,
     ttl: TierSeconds,
@@ -114,15 +129,33 @@ pub struct Sink {
     retry: RetryPolicy,
 }
 
-/// Builds a client from the URL plus `REDIS_PASSWORD` / `REDIS_DB`.
-pub fn client(cfg: &Config) -> Result<redis::Client, SinkError> {
-    use redis::IntoConnectionInfo;
-    let connect_err = |cause: redis::RedisError| SinkError::Connect {
+fn connect_error(cfg: &Config) -> impl Fn(redis::RedisError) -> SinkError + '_ {
+    |cause: redis::RedisError| SinkError::Connect {
         url: redact_url(&cfg.redis_url),
         reason: scrub(&cause.to_string(), &cfg.redis_url),
         cause,
-    };
-    let mut info = cfg.redis_url.as_str().into_connection_info().map_err(connect_err)?;
+    }
+}
+
+/// Builds a client from the URL plus `REDIS_PASSWORD` / `REDIS_DB`.
+pub fn client(cfg: &Config) -> Result<redis::Client, SinkError> {
+    let connect_err = connect_error(cfg);
+    let (info, certificates) = connection_info(cfg, &cfg.redis_url)?;
+    match certificates {
+        None => redis::Client::open(info).map_err(connect_err),
+        Some(certificates) => redis::Client::build_with_tls(info, certificates).map_err(connect_err),
+    }
+}
+
+/// The connection settings of `url` with `REDIS_PASSWORD` / `REDIS_DB`
+/// applied, and the TLS files when any is set.
+fn connection_info(
+    cfg: &Config,
+    url: &str,
+) -> Result<(redis::ConnectionInfo, Option<redis::TlsCertificates>), SinkError> {
+    use redis::IntoConnectionInfo;
+    let connect_err = connect_error(cfg);
+    let mut info = url.into_connection_info().map_err(connect_err)?;
     let mut settings = info.redis_settings().clone();
     if let Some(password) = &cfg.redis_password {
         settings = settings.set_password(password);
@@ -132,7 +165,7 @@ pub fn client(cfg: &Config) -> Result<redis::Client, SinkError> {
     }
     info = info.set_redis_settings(settings);
     if !cfg.redis_tls.is_set() {
-        return redis::Client::open(info).map_err(connect_err);
+        return Ok((info, None));
     }
     let read = |path: &std::path::Path, what: &str| {
         std::fs::read(path).map_err(|e| SinkError::TlsFile {
@@ -149,18 +182,95 @@ pub fn client(cfg: &Config) -> Result<redis::Client, SinkError> {
         }),
         _ => None,
     };
-    redis::Client::build_with_tls(info, redis::TlsCertificates { client_tls, root_cert }).map_err(connect_err)
+    Ok((info, Some(redis::TlsCertificates { client_tls, root_cert })))
+}
+
+/// Whether the node at `REDIS_URL` runs in cluster mode, unless
+/// `REDIS_CLUSTER` decides.
+async fn cluster_mode(cfg: &Config, client: &redis::Client) -> Result<bool, SinkError> {
+    if let Some(decided) = cfg.redis_cluster {
+        return Ok(decided);
+    }
+    if !cfg.redis_cluster_nodes.is_empty() {
+        return Ok(true);
+    }
+    let connect_err = connect_error(cfg);
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_response_timeout(Some(Duration::from_secs(10)));
+    let mut conn = client.get_multiplexed_async_connection_with_config(&config).await.map_err(connect_err)?;
+    let info: String = redis::cmd("INFO").arg("cluster").query_async(&mut conn).await.map_err(connect_error(cfg))?;
+    Ok(info_value(&info, "cluster_enabled") == Some("1"))
+}
+
+/// Connects to a Redis Cluster through `REDIS_URL` and the extra seeds.
+async fn connect_cluster(cfg: &Config) -> Result<redis::cluster_async::ClusterConnection, SinkError> {
+    if cfg.redis_db.is_some_and(|db| db != 0) {
+        return Err(SinkError::Cluster(format!(
+            "REDIS_DB={} is set, but a Redis Cluster has database 0 only: unset REDIS_DB or set it to 0",
+            cfg.redis_db.unwrap_or(0)
+        )));
+    }
+    let (first, certificates) = connection_info(cfg, &cfg.redis_url)?;
+    let scheme = if cfg.redis_url.starts_with("rediss://") { "rediss" } else { "redis" };
+    let mut nodes = vec![first];
+    for node in &cfg.redis_cluster_nodes {
+        let (info, _) = connection_info(cfg, &format!("{scheme}://{node}"))?;
+        let settings = nodes[0].redis_settings().clone();
+        nodes.push(info.set_redis_settings(settings));
+    }
+    let mut builder = ClusterClientBuilder::new(nodes)
+        .connection_timeout(Duration::from_secs(5))
+        // Big index keys take a while to apply; a short timeout would
+        // retry work that is still running.
+        .response_timeout(Duration::from_secs(60))
+        .retries(8)
+        .min_retry_wait(50)
+        .max_retry_wait(2000);
+    if let Some(certificates) = certificates {
+        builder = builder.certs(certificates);
+    }
+    let client = builder.build().map_err(connect_error(cfg))?;
+    let connect = client.get_async_connection();
+    tokio::time::timeout(Duration::from_secs(15), connect)
+        .await
+        .map_err(|_| connect_error(cfg)(timed_out()))?
+        .map_err(connect_error(cfg))
+}
+
+fn timed_out() -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, "connection timed out"))
 }
 
 impl Sink {
     /// Connects and pings. Reconnects later happen inside the manager.
     pub async fn connect(cfg: &Config) -> Result<Sink, SinkError> {
-        let connect_err = |cause: redis::RedisError| SinkError::Connect {
-            url: redact_url(&cfg.redis_url),
-            reason: scrub(&cause.to_string(), &cfg.redis_url),
-            cause,
-        };
+        let connect_err = connect_error(cfg);
         let client = client(cfg)?;
+        let conn = if cluster_mode(cfg, &client).await? {
+            RedisConn::Cluster(connect_cluster(cfg).await?)
+        } else {
+            RedisConn::Single(Sink::connect_single(cfg, &client).await?)
+        };
+        let mut sink = Sink {
+            conn,
+            client,
+            status_prefix: cfg.status_prefix.clone(),
+            exclusive: Default::default(),
+            fence: None,
+            ttl: cfg.ttl,
+            jitter: cfg.ttl_jitter,
+            retry: RetryPolicy::default(),
+        };
+        redis::cmd("PING").query_async::<()>(&mut sink.conn).await.map_err(connect_err)?;
+        if sink.is_cluster() {
+            sink.check_cluster(cfg)?;
+        }
+        Ok(sink)
+    }
+
+    async fn connect_single(cfg: &Config, client: &redis::Client) -> Result<ConnectionManager, SinkError> {
+        let connect_err = connect_error(cfg);
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(5)))
             // Big index keys take a while to apply; a short timeout would
@@ -168,28 +278,13 @@ impl Sink {
             .set_response_timeout(Some(Duration::from_secs(60)))
             .set_number_of_retries(3)
             .set_max_delay(Duration::from_secs(2));
-        let mut conn = tokio::time::timeout(
+        tokio::time::timeout(
             Duration::from_secs(10),
             ConnectionManager::new_with_config(client.clone(), manager_config),
         )
         .await
-        .map_err(|_| {
-            connect_err(redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "connection timed out",
-            )))
-        })?
-        .map_err(connect_err)?;
-        redis::cmd("PING").query_async::<()>(&mut conn).await.map_err(connect_err)?;
-        Ok(Sink {
-            conn,
-            client,
-            exclusive: Default::default(),
-            fence: None,
-            ttl: cfg.ttl,
-            jitter: cfg.ttl_jitter,
-            retry: RetryPolicy::default(),
-        })
+        .map_err(|_| connect_err(timed_out()))?
+        .map_err(connect_err)
     }
 
     /// Connects, then checks that the user may do what `access` needs
@@ -200,11 +295,20 @@ impl Sink {
         Ok(sink)
     }
 
-    /// The same sink with every write fenced by `fence`'s epoch.
-    pub fn fenced(mut self, fence: Fence) -> Sink {
+    /// The same sink with every write fenced by `fence`'s epoch. On a
+    /// cluster, the epoch's copy in every slot is raised first, so no
+    /// older writer lands anything after this returns.
+    pub async fn fenced(mut self, fence: Fence) -> Result<Sink, SinkError> {
+        if self.is_cluster() {
+            self.raise_epoch_copies(&fence).await?;
+        }
         self.fence = Some(fence);
         self.exclusive = Default::default();
-        self
+        Ok(self)
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        self.conn.is_cluster()
     }
 
     pub fn with_retry(mut self, retry: RetryPolicy) -> Sink {
@@ -212,8 +316,14 @@ impl Sink {
         self
     }
 
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> RedisConn {
         self.conn.clone()
+    }
+
+    /// A plain client of `REDIS_URL`'s node (pub/sub works through any
+    /// node of a cluster).
+    pub fn node_client(&self) -> &redis::Client {
+        &self.client
     }
 
     /// Writes one batch atomically (MULTI/EXEC), retrying retriable
@@ -225,6 +335,9 @@ impl Sink {
     /// Sends one idempotent atomic pipeline, retrying retriable failures;
     /// fenced when the sink is.
     pub async fn send(&self, pipe: redis::Pipeline) -> Result<(), SinkError> {
+        if self.is_cluster() {
+            return self.send_cluster(&pipe).await;
+        }
         if let Some(fence) = &self.fence {
             return self.send_fenced(fence, &pipe).await;
         }
@@ -339,8 +452,13 @@ impl Sink {
         build_change_pipeline(changes, &self.ttl, self.jitter, rand::random::<f64>)
     }
 
-    /// The server's `run_id`, which changes when Redis restarts.
+    /// The server's `run_id`, which changes when Redis restarts; on a
+    /// cluster, the masters' `run_id`s, which change when any master
+    /// restarts or fails over.
     pub async fn run_id(&self) -> Result<String, SinkError> {
+        if self.is_cluster() {
+            return self.cluster_run_ids().await;
+        }
         let conn = &self.conn;
         let info: String = self
             .retry

@@ -33,13 +33,28 @@ impl Sink {
         if changes.is_empty() && tokens.is_empty() && !clear_pending {
             return Ok(());
         }
-        let mut pipe = self.change_pipeline(changes);
+        // A cluster cannot hold these keys in one transaction: the writes
+        // land first, then the tokens, then the pending scopes are
+        // cleared. A crash in between replays events or redoes scopes,
+        // both idempotent.
+        let mut pipe = if self.is_cluster() {
+            self.apply_changes(changes).await?;
+            redis::pipe()
+        } else {
+            self.change_pipeline(changes)
+        };
         for (name, text) in tokens {
             pipe.cmd("SET").arg(keys.cdc_resume(name)).arg(text).ignore();
+        }
+        if clear_pending && self.is_cluster() {
+            pipe.atomic();
+            self.send(pipe).await?;
+            pipe = redis::pipe();
         }
         if clear_pending {
             pipe.cmd("DEL").arg(keys.cdc_pending()).ignore();
         }
+        pipe.atomic();
         self.send(pipe).await
     }
 
@@ -68,6 +83,9 @@ impl Sink {
 
     /// `INFO` of two sections in one reply.
     pub async fn info(&self, first: &str, second: &str) -> Result<String, SinkError> {
+        if self.is_cluster() {
+            return self.cluster_info(&[first, second]).await;
+        }
         let mut conn = self.connection();
         redis::cmd("INFO")
             .arg(first)
@@ -79,12 +97,16 @@ impl Sink {
 
     /// A field of `INFO section` (e.g. `used_memory` of `memory`).
     pub async fn info_field(&self, section: &str, field: &str) -> Result<Option<String>, SinkError> {
-        let mut conn = self.connection();
-        let info: String = redis::cmd("INFO")
-            .arg(section)
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| SinkError::Scan { attempts: 1, source })?;
+        let info: String = if self.is_cluster() {
+            self.cluster_info(&[section]).await?
+        } else {
+            let mut conn = self.connection();
+            redis::cmd("INFO")
+                .arg(section)
+                .query_async(&mut conn)
+                .await
+                .map_err(|source| SinkError::Scan { attempts: 1, source })?
+        };
         Ok(info_value(&info, field).map(str::to_string))
     }
 }

@@ -4,11 +4,11 @@
 //! the ones the rebuild did not produce are unlinked. Keys of unregistered
 //! families are never collected, so never touched.
 
+use super::cluster_io::Scanned;
 use super::{RetryPolicy, SinkError};
 use crate::keys::Keys;
 use crate::plan::FamilySet;
 use crate::registry::FamilyId;
-use redis::aio::ConnectionManager;
 use std::collections::BTreeMap;
 
 /// A 128-bit digest of a key, so that a million produced keys cost 16
@@ -67,11 +67,15 @@ impl super::Sink {
     /// registered family.
     pub async fn scan_existing(&self, keys: &Keys, families: FamilySet) -> Result<Existing, SinkError> {
         let glob = format!("{}*", keys.scan_glob_prefix());
-        let mut conn = self.connection();
         let mut existing = Existing::default();
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, batch): (u64, Vec<Vec<u8>>) = scan(&self.retry, &mut conn, cursor, &glob).await?;
+        self.for_each_key(&glob, |scanned| {
+            let batch = match scanned {
+                Scanned::Restart => {
+                    existing = Existing::default();
+                    return;
+                }
+                Scanned::Keys(batch) => batch,
+            };
             existing.scanned += batch.len() as u64;
             for raw in batch {
                 let Ok(key) = String::from_utf8(raw) else {
@@ -82,15 +86,29 @@ impl super::Sink {
                     existing.keys.push((family, key));
                 }
             }
+        })
+        .await?;
+        if existing.not_utf8 > 0 {
+            tracing::warn!(keys = existing.not_utf8, "keys under the prefix whose names are not UTF-8 were skipped");
+        }
+        Ok(existing)
+    }
+
+    /// Calls `visit` with every batch of keys matching `glob`: one SCAN
+    /// pass on a single Redis; on a cluster, one on every master, made
+    /// again (after `Scanned::Restart`) when slots moved meanwhile.
+    pub(super) async fn for_each_key(&self, glob: &str, mut visit: impl FnMut(Scanned)) -> Result<(), SinkError> {
+        if self.is_cluster() {
+            return self.scan_masters(glob, SCAN_COUNT, visit).await;
+        }
+        let mut conn = self.connection();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, batch) = scan(&self.retry, &mut conn, cursor, glob).await?;
+            visit(Scanned::Keys(batch));
             cursor = next;
             if cursor == 0 {
-                if existing.not_utf8 > 0 {
-                    tracing::warn!(
-                        keys = existing.not_utf8,
-                        "keys under the prefix whose names are not UTF-8 were skipped"
-                    );
-                }
-                return Ok(existing);
+                return Ok(());
             }
         }
     }
@@ -114,7 +132,7 @@ impl super::Sink {
 
 async fn scan(
     retry: &RetryPolicy,
-    conn: &mut ConnectionManager,
+    conn: &mut super::RedisConn,
     cursor: u64,
     glob: &str,
 ) -> Result<(u64, Vec<Vec<u8>>), SinkError> {

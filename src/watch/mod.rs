@@ -174,7 +174,7 @@ pub async fn run_fenced(
     tokio::pin!(shutdown);
     // The callers (`run`, serve's supervisor) checked the user's
     // permissions before taking the lease; a restart need not again.
-    let sink = Sink::connect(cfg).await?.fenced(fence.clone());
+    let sink = Sink::connect(cfg).await?.fenced(fence.clone()).await?;
     let source = Source::connect(cfg).await?;
     let status = StatusKeys::new(cfg.status_prefix.clone());
     let ctx = plan_ctx(cfg, FamilySet::all());

@@ -43,6 +43,39 @@ pub fn shared() -> &'static Shared {
     SHARED.get_or_init(|| Shared { redis: servers::Redis::start(), mongo: servers::Mongo::start() })
 }
 
+/// A three-master Redis Cluster and a MongoDB shared by the cluster
+/// tests of one test binary.
+pub struct SharedCluster {
+    pub cluster: std::sync::Mutex<servers::RedisCluster>,
+    pub url: String,
+}
+
+pub fn shared_cluster() -> &'static SharedCluster {
+    logs();
+    static CLUSTER: OnceLock<SharedCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let cluster = servers::RedisCluster::start();
+        SharedCluster { url: cluster.url(), cluster: std::sync::Mutex::new(cluster) }
+    })
+}
+
+/// Where a shared-assertion test runs: one Redis, or the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setup {
+    OneNode,
+    Cluster,
+}
+
+impl Setup {
+    /// The Redis URL of this setup's shared server.
+    pub fn redis_url(self) -> String {
+        match self {
+            Setup::OneNode => shared().redis.url(),
+            Setup::Cluster => shared_cluster().url.clone(),
+        }
+    }
+}
+
 /// A unique name for this test's database and prefix.
 pub fn unique(tag: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
@@ -76,13 +109,48 @@ pub async fn load_fixtures(cfg: &Config, dir: &Path) {
     cachewright::dev::fixtures::load(source.database(), &sets).await.expect("fixtures load");
 }
 
-pub async fn redis_conn(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url).expect("url").get_multiplexed_async_connection().await.expect("redis reachable")
+/// The masters' `host:port` when `url` is a cluster node, else `None`.
+pub async fn cluster_masters(url: &str) -> Option<Vec<String>> {
+    let mut conn =
+        redis::Client::open(url).expect("url").get_multiplexed_async_connection().await.expect("redis reachable");
+    let info: String = redis::cmd("INFO").arg("cluster").query_async(&mut conn).await.expect("info");
+    if !info.contains("cluster_enabled:1") {
+        return None;
+    }
+    let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn).await.expect("cluster slots");
+    let layout = cachewright::sink::cluster::parse_slots(&reply).expect("a CLUSTER SLOTS reply");
+    let masters = layout.masters.into_iter().map(|(h, p)| format!("{h}:{p}")).collect();
+    Some(masters)
 }
 
-/// Every key under `prefix`, with contents and TTL (seconds, -1 = none).
+/// A connection to one Redis or, when `url` is a cluster node, to the
+/// whole cluster (commands routed by key).
+pub async fn redis_conn(url: &str) -> cachewright::sink::RedisConn {
+    if cluster_masters(url).await.is_some() {
+        let client = redis::cluster::ClusterClient::new(vec![url]).expect("cluster client");
+        return cachewright::sink::RedisConn::Cluster(client.get_async_connection().await.expect("cluster reachable"));
+    }
+    let client = redis::Client::open(url).expect("url");
+    cachewright::sink::RedisConn::Single(redis::aio::ConnectionManager::new(client).await.expect("redis reachable"))
+}
+
+/// Every key under `prefix`, with contents and TTL (seconds, -1 = none),
+/// read from every master of a cluster.
 pub async fn dump(url: &str, prefix: &str) -> BTreeMap<String, (Content, i64)> {
-    let mut conn = redis_conn(url).await;
+    let nodes = match cluster_masters(url).await {
+        Some(masters) => masters.into_iter().map(|m| format!("redis://{m}")).collect(),
+        None => vec![url.to_string()],
+    };
+    let mut out = BTreeMap::new();
+    for node in nodes {
+        out.append(&mut dump_node(&node, prefix).await);
+    }
+    out
+}
+
+async fn dump_node(url: &str, prefix: &str) -> BTreeMap<String, (Content, i64)> {
+    let mut conn =
+        redis::Client::open(url).expect("url").get_multiplexed_async_connection().await.expect("redis reachable");
     let mut keys: Vec<String> = Vec::new();
     let mut cursor: u64 = 0;
     loop {

@@ -227,3 +227,111 @@ impl Drop for Mongo {
         self.stop();
     }
 }
+
+/// A real Redis Cluster of three masters (no replicas) on free loopback
+/// ports, built with `redis-cli --cluster create`. Each node keeps its
+/// `nodes.conf` in a directory of its own, so a restarted node rejoins
+/// with its identity and slots (and, keeping no data, empty).
+pub struct RedisCluster {
+    pub nodes: Vec<Redis>,
+    _dir: tempfile::TempDir,
+}
+
+fn redis_cli(args: &[String]) -> std::process::Output {
+    let bin = binary("redis-cli", "REDIS_CLI_BIN", "apt-get install -y redis-tools");
+    Command::new(bin).args(args).stdin(Stdio::null()).output().expect("redis-cli runs")
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            let node_dir = dir.path().join(format!("node{i}"));
+            std::fs::create_dir_all(&node_dir).expect("node dir");
+            nodes.push(Redis::start_with(vec![
+                "--cluster-enabled".into(),
+                "yes".into(),
+                "--cluster-config-file".into(),
+                "nodes.conf".into(),
+                "--cluster-node-timeout".into(),
+                "2000".into(),
+                // The bus would default to port + 10000, which may be taken
+                // or past 65535.
+                "--cluster-port".into(),
+                free_port().to_string(),
+                "--dir".into(),
+                node_dir.display().to_string(),
+            ]));
+        }
+        let mut args = vec!["--cluster".to_string(), "create".to_string()];
+        args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
+        args.extend(["--cluster-replicas".into(), "0".into(), "--cluster-yes".into()]);
+        let out = redis_cli(&args);
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = RedisCluster { nodes, _dir: dir };
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// `redis://` URL of the first node: a seed, as users give it.
+    pub fn url(&self) -> String {
+        self.nodes[0].url()
+    }
+
+    pub fn node_id(&self, i: usize) -> String {
+        let out = redis_cli(&["-p".into(), self.nodes[i].port.to_string(), "CLUSTER".into(), "MYID".into()]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Waits until every node reports `cluster_state:ok` and all agree on
+    /// the slot map.
+    pub fn wait_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let states: Vec<String> = self
+                .nodes
+                .iter()
+                .map(|n| {
+                    let info = redis_cli(&["-p".into(), n.port.to_string(), "CLUSTER".into(), "INFO".into()]);
+                    String::from_utf8_lossy(&info.stdout).to_string()
+                })
+                .collect();
+            let ok = states.iter().all(|s| s.contains("cluster_state:ok") && s.contains("cluster_slots_ok:16384"));
+            let out = redis_cli(&["--cluster".into(), "check".into(), format!("127.0.0.1:{}", self.nodes[0].port)]);
+            let agreed =
+                String::from_utf8_lossy(&out.stdout).contains("[OK] All nodes agree about slots configuration");
+            if ok && agreed {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the Redis Cluster did not become ok within 60 s: {states:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Starts `redis-cli --cluster reshard`, moving `slots` slots from
+    /// node `from` to node `to`; the caller waits on the child.
+    pub fn reshard(&self, from: usize, to: usize, slots: usize) -> Child {
+        let bin = binary("redis-cli", "REDIS_CLI_BIN", "apt-get install -y redis-tools");
+        Command::new(bin)
+            .args(["--cluster", "reshard", &format!("127.0.0.1:{}", self.nodes[0].port)])
+            .args(["--cluster-from", &self.node_id(from), "--cluster-to", &self.node_id(to)])
+            .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("redis-cli --cluster reshard starts")
+    }
+
+    /// Restarts node `i` on its port; it comes back empty and rejoins.
+    pub fn restart(&mut self, i: usize) {
+        self.nodes[i].restart();
+        self.wait_ok();
+    }
+}

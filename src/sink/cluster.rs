@@ -1,0 +1,298 @@
+//! Redis Cluster, the pure part: key slots, how one atomic pipeline
+//! becomes per-slot scripts, the fencing epoch's copy in every slot, and
+//! reading the masters' layout.
+//!
+//! A cluster runs a transaction only when all its keys share a slot, and
+//! the contract's keys carry no hash tags. So a batch is cut by slot:
+//! every slot's part runs as one script on the master that owns the slot
+//! (atomic there, as `MULTI`/`EXEC` is), and the parts run concurrently.
+//! Each key's replace lives in one slot, so it stays whole.
+//!
+//! Fencing: the epoch key and the data keys live in different slots, so
+//! a `WATCH` on the epoch cannot cover a data write. Every slot therefore
+//! holds a copy of the epoch (`lock:epoch:slot:{tag}`, the tag chosen to
+//! hash to that slot), raised by a new leader in all 16384 slots before
+//! its first write, and only ever raised. Each script first compares its
+//! slot's copy with the writer's epoch, inside the same atomic step as
+//! the writes. See docs/ARCHITECTURE.md, "Fencing on a cluster".
+
+use indexmap::IndexMap;
+use std::sync::OnceLock;
+
+pub const SLOTS: usize = 16384;
+
+/// CRC16/XMODEM, the checksum Redis Cluster hashes keys with.
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc
+}
+
+/// The slot of a key: of its hash tag (the text between the first `{` and
+/// the next `}`, when not empty), else of the whole key.
+pub fn slot(key: &[u8]) -> u16 {
+    let hashed = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter().position(|&b| b == b'}').filter(|&len| len > 0).map(|len| &rest[..len])
+        })
+        .unwrap_or(key);
+    crc16(hashed) % SLOTS as u16
+}
+
+/// For every slot, a short tag that hashes to it: the smallest decimal
+/// number that does. Computed once (about 170,000 checksums).
+fn tags() -> &'static [String] {
+    static TAGS: OnceLock<Vec<String>> = OnceLock::new();
+    TAGS.get_or_init(|| {
+        let mut tags = vec![String::new(); SLOTS];
+        let mut missing = SLOTS;
+        let mut n: u64 = 0;
+        while missing > 0 {
+            let text = n.to_string();
+            let s = usize::from(slot(text.as_bytes()));
+            if tags[s].is_empty() {
+                tags[s] = text;
+                missing -= 1;
+            }
+            n += 1;
+        }
+        tags
+    })
+}
+
+/// The name of slot `slot`'s epoch copy under `status_prefix`.
+pub fn epoch_copy_key(status_prefix: &str, slot: u16) -> String {
+    format!("{status_prefix}lock:epoch:slot:{{{}}}", tags()[usize::from(slot)])
+}
+
+/// Runs one slot's part of a batch atomically: with a non-empty epoch in
+/// `ARGV[1]`, only while `KEYS[1]` (the slot's epoch copy) holds exactly
+/// that epoch. Then come the commands, each as its argument count and its
+/// arguments. `FENCED n` means a newer writer raised the copy to `n`;
+/// `EPOCHLOW` that the copy is missing or older (never raised, or lost
+/// with a restarted master), which the writer repairs and retries.
+pub const WRITE_SCRIPT: &str = "\
+if ARGV[1] ~= '' then
+  local e = redis.call('GET', KEYS[1])
+  if e ~= ARGV[1] then
+    if e and tonumber(e) > tonumber(ARGV[1]) then return redis.error_reply('FENCED ' .. e) end
+    return redis.error_reply('EPOCHLOW ' .. (e or 'none'))
+  end
+end
+local i = 2
+while i <= #ARGV do
+  local n = tonumber(ARGV[i])
+  redis.call(unpack(ARGV, i + 1, i + n))
+  i = i + n + 1
+end
+return 1";
+
+/// Raises an epoch copy to `ARGV[1]` unless it already holds more.
+pub const RAISE_SCRIPT: &str = "\
+local c = tonumber(redis.call('GET', KEYS[1]) or '0')
+if c < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1";
+
+/// One slot's part of a batch: its keys (for the script's `KEYS`) and its
+/// commands in their original order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotPart {
+    pub slot: u16,
+    pub keys: Vec<Vec<u8>>,
+    pub commands: Vec<Vec<Vec<u8>>>,
+}
+
+/// A pipeline cut by slot, plus the commands that name no key
+/// (`PUBLISH`), which run after every part landed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Split {
+    pub parts: Vec<SlotPart>,
+    pub keyless: Vec<Vec<Vec<u8>>>,
+}
+
+/// Cuts the commands of `pipe` by slot. Commands over several keys are
+/// taken apart: `DEL`/`UNLINK`/`EXISTS` per key, and `SMOVE` into `SREM`
+/// plus `SADD` (the two sets live in different slots; each job id sits in
+/// exactly one of the job sets a moment later, as with `SMOVE`).
+pub fn split(pipe: &redis::Pipeline) -> Split {
+    let mut parts: IndexMap<u16, SlotPart> = IndexMap::new();
+    let mut keyless = Vec::new();
+    let mut add = |command: Vec<Vec<u8>>| {
+        let key = command[1].clone();
+        let s = slot(&key);
+        let part = parts.entry(s).or_insert_with(|| SlotPart { slot: s, keys: Vec::new(), commands: Vec::new() });
+        if !part.keys.contains(&key) {
+            part.keys.push(key);
+        }
+        part.commands.push(command);
+    };
+    for cmd in pipe.cmd_iter() {
+        let args: Vec<Vec<u8>> = cmd
+            .args_iter()
+            .filter_map(|a| match a {
+                redis::Arg::Simple(bytes) => Some(bytes.to_vec()),
+                _ => None,
+            })
+            .collect();
+        let Some(name) = args.first().map(|n| n.to_ascii_uppercase()) else { continue };
+        match name.as_slice() {
+            _ if args.len() < 2 => keyless.push(args),
+            b"PUBLISH" => keyless.push(args),
+            b"DEL" | b"UNLINK" | b"EXISTS" => {
+                for key in &args[1..] {
+                    add(vec![name.clone(), key.clone()]);
+                }
+            }
+            b"SMOVE" if args.len() == 4 => {
+                add(vec![b"SREM".to_vec(), args[1].clone(), args[3].clone()]);
+                add(vec![b"SADD".to_vec(), args[2].clone(), args[3].clone()]);
+            }
+            _ => add(args),
+        }
+    }
+    Split { parts: parts.into_values().collect(), keyless }
+}
+
+/// The masters and the slots they own, as `CLUSTER SLOTS` reports them,
+/// and whether any slot is being moved.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Layout {
+    /// `(host, port)` of every master, sorted.
+    pub masters: Vec<(String, u16)>,
+    /// `start-end@host:port` of every range, sorted: equal maps compare equal.
+    pub ranges: Vec<String>,
+}
+
+/// Parses a `CLUSTER SLOTS` reply.
+pub fn parse_slots(reply: &redis::Value) -> Option<Layout> {
+    let redis::Value::Array(ranges) = reply else { return None };
+    let mut layout = Layout::default();
+    for range in ranges {
+        let redis::Value::Array(fields) = range else { return None };
+        let start: i64 = redis::from_redis_value(fields.first()?.clone()).ok()?;
+        let end: i64 = redis::from_redis_value(fields.get(1)?.clone()).ok()?;
+        let redis::Value::Array(master) = fields.get(2)? else { return None };
+        let host: String = redis::from_redis_value(master.first()?.clone()).ok()?;
+        let port: u16 = redis::from_redis_value(master.get(1)?.clone()).ok()?;
+        layout.ranges.push(format!("{start}-{end}@{host}:{port}"));
+        if !layout.masters.contains(&(host.clone(), port)) {
+            layout.masters.push((host, port));
+        }
+    }
+    layout.masters.sort();
+    layout.ranges.sort();
+    Some(layout)
+}
+
+/// Whether a node's `CLUSTER NODES` line for itself shows a slot being
+/// migrated out (`[slot->-id]`) or imported (`[slot-<-id]`).
+pub fn moving_slots(cluster_nodes: &str) -> bool {
+    cluster_nodes
+        .lines()
+        .filter(|l| l.split_whitespace().nth(2).is_some_and(|flags| flags.contains("myself")))
+        .any(|l| l.contains("->-") || l.contains("-<-"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_redis() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16(b"123456789"), 0x31c3);
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"bar"), 5061);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
+        assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"));
+        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
+    }
+
+    #[test]
+    fn every_slot_has_an_epoch_copy() {
+        for s in [0u16, 1, 5061, 12182, 16383] {
+            let key = epoch_copy_key("cachewright:", s);
+            assert_eq!(slot(key.as_bytes()), s, "{key}");
+        }
+        assert!(tags().iter().all(|t| !t.is_empty() && t.len() <= 6));
+    }
+
+    #[test]
+    fn a_batch_is_cut_by_slot_keeping_each_key_whole() {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.cmd("DEL").arg("app:a").ignore();
+        pipe.cmd("SADD").arg("app:a").arg("x").ignore();
+        pipe.cmd("SET").arg("app:b").arg("v").arg("EX").arg(5).ignore();
+        pipe.cmd("EXPIRE").arg("app:a").arg(9).ignore();
+        pipe.cmd("UNLINK").arg("app:a").arg("app:b").ignore();
+        pipe.cmd("SMOVE").arg("s:active").arg("s:done").arg("r1").ignore();
+        pipe.cmd("PUBLISH").arg("chan").arg("m").ignore();
+        let split = split(&pipe);
+        let owned = |parts: &[&str]| parts.iter().map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
+        let a = split.parts.iter().find(|p| p.keys == [b"app:a".to_vec()]).unwrap();
+        assert_eq!(a.slot, slot(b"app:a"));
+        assert_eq!(
+            a.commands,
+            vec![
+                owned(&["DEL", "app:a"]),
+                owned(&["SADD", "app:a", "x"]),
+                owned(&["EXPIRE", "app:a", "9"]),
+                owned(&["UNLINK", "app:a"])
+            ]
+        );
+        let b = split.parts.iter().find(|p| p.keys == [b"app:b".to_vec()]).unwrap();
+        assert_eq!(b.commands, vec![owned(&["SET", "app:b", "v", "EX", "5"]), owned(&["UNLINK", "app:b"])]);
+        let active = split.parts.iter().find(|p| p.keys == [b"s:active".to_vec()]).unwrap();
+        assert_eq!(active.commands, vec![owned(&["SREM", "s:active", "r1"])]);
+        let done = split.parts.iter().find(|p| p.keys == [b"s:done".to_vec()]).unwrap();
+        assert_eq!(done.commands, vec![owned(&["SADD", "s:done", "r1"])]);
+        assert_eq!(split.keyless, vec![owned(&["PUBLISH", "chan", "m"])]);
+        assert_eq!(split.parts.len(), 4);
+    }
+
+    #[test]
+    fn keys_of_one_slot_share_a_part() {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET").arg("{t}1").arg("a").ignore();
+        pipe.cmd("SET").arg("{t}2").arg("b").ignore();
+        let split = split(&pipe);
+        assert_eq!(split.parts.len(), 1);
+        assert_eq!(split.parts[0].keys, vec![b"{t}1".to_vec(), b"{t}2".to_vec()]);
+    }
+
+    #[test]
+    fn the_layout_is_read_from_cluster_slots() {
+        use redis::Value::{Array, BulkString, Int};
+        let node = |port: i64| Array(vec![BulkString(b"127.0.0.1".to_vec()), Int(port), BulkString(b"id".to_vec())]);
+        let reply = Array(vec![
+            Array(vec![Int(5461), Int(10922), node(7001)]),
+            Array(vec![Int(0), Int(5460), node(7000)]),
+            Array(vec![Int(10923), Int(16383), node(7002), node(7005)]),
+        ]);
+        let layout = parse_slots(&reply).unwrap();
+        assert_eq!(layout.masters.len(), 3);
+        assert_eq!(layout.masters[0], ("127.0.0.1".to_string(), 7000));
+        assert_eq!(layout.ranges[0], "0-5460@127.0.0.1:7000");
+    }
+
+    #[test]
+    fn moving_slots_are_seen_on_the_node_itself() {
+        let quiet = "abc 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460\n\
+                     def 127.0.0.1:7001@17001 master - 0 0 2 connected 5461-10922\n";
+        assert!(!moving_slots(quiet));
+        let moving = "abc 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460 [5460->-def]\n";
+        assert!(moving_slots(moving));
+        let importing = "abc 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460 [5461-<-def]\n";
+        assert!(moving_slots(importing));
+    }
+}

@@ -1,0 +1,373 @@
+//! The Redis edge on a cluster: per-slot scripted writes, the epoch's
+//! copies, per-master commands and scans that follow the slot map.
+
+use super::cluster::{self, Layout, RAISE_SCRIPT, SlotPart, WRITE_SCRIPT};
+use super::{Fence, RedisConn, Sink, SinkError, is_retriable};
+use futures::{StreamExt, TryStreamExt};
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+/// Slot parts of one batch in flight at once. The cluster client keeps
+/// one multiplexed connection per master, so the parts that go to one
+/// master travel back to back on it, and the masters work in parallel.
+const PARTS_IN_FLIGHT: usize = 256;
+/// How long a scan waits for moving slots to settle before it gives up.
+const SETTLE_WAIT: Duration = Duration::from_secs(120);
+const SETTLE_PAUSE: Duration = Duration::from_millis(250);
+
+static WRITE_SHA: LazyLock<String> = LazyLock::new(|| redis::Script::new(WRITE_SCRIPT).get_hash().to_string());
+static RAISE_SHA: LazyLock<String> = LazyLock::new(|| redis::Script::new(RAISE_SCRIPT).get_hash().to_string());
+
+/// A script call by hash, and the same call with the script's text for a
+/// master that does not know it yet (`NOSCRIPT`: new, or restarted).
+struct ScriptCall {
+    by_hash: redis::Cmd,
+    source: &'static str,
+}
+
+impl ScriptCall {
+    fn new(sha: &str, source: &'static str, keys: &[&[u8]], args: &[&[u8]]) -> ScriptCall {
+        let mut by_hash = redis::cmd("EVALSHA");
+        by_hash.arg(sha).arg(keys.len());
+        for key in keys {
+            by_hash.arg(*key);
+        }
+        for arg in args {
+            by_hash.arg(*arg);
+        }
+        ScriptCall { by_hash, source }
+    }
+
+    async fn run(&self, conn: &mut RedisConn) -> redis::RedisResult<()> {
+        match self.by_hash.query_async::<redis::Value>(conn).await {
+            Ok(_) => Ok(()),
+            Err(err) if err.code() == Some("NOSCRIPT") => {
+                let mut by_text = redis::cmd("EVAL");
+                by_text.arg(self.source);
+                for arg in self.by_hash.args_iter().skip(2) {
+                    if let redis::Arg::Simple(bytes) = arg {
+                        by_text.arg(bytes);
+                    }
+                }
+                by_text.query_async::<redis::Value>(conn).await.map(drop)
+            }
+            Err(err) => Err(err),
+        }
+    }
+}
+
+/// How a slot part's script failed, as the writer must act on it.
+enum PartError {
+    /// A newer writer raised this slot's epoch copy.
+    Fenced,
+    /// The copy is missing or older than this writer's epoch.
+    EpochLow,
+    Redis(redis::RedisError),
+}
+
+fn classify(err: redis::RedisError) -> PartError {
+    match err.code() {
+        Some("FENCED") => PartError::Fenced,
+        Some("EPOCHLOW") => PartError::EpochLow,
+        _ => PartError::Redis(err),
+    }
+}
+
+/// A key-batch of a scan, or word that the pass so far is void.
+pub enum Scanned {
+    Restart,
+    Keys(Vec<Vec<u8>>),
+}
+
+fn parse<T: redis::FromRedisValue>(value: redis::Value) -> Result<T, SinkError> {
+    redis::from_redis_value(value).map_err(|e| SinkError::Scan { attempts: 1, source: e.into() })
+}
+
+fn read_err(source: redis::RedisError) -> SinkError {
+    SinkError::Scan { attempts: 1, source }
+}
+
+impl Sink {
+    /// Refuses a status prefix whose braces would put the epoch key and
+    /// its copies in slots other than the ones fencing relies on.
+    pub(super) fn check_cluster(&self, cfg: &crate::config::Config) -> Result<(), SinkError> {
+        let keys = crate::keys::status::StatusKeys::new(cfg.status_prefix.clone());
+        let same = cluster::slot(keys.epoch().as_bytes()) == cluster::slot(keys.rebuild_lock().as_bytes())
+            && (0..cluster::SLOTS as u16)
+                .step_by(97)
+                .all(|s| cluster::slot(cluster::epoch_copy_key(&cfg.status_prefix, s).as_bytes()) == s);
+        if same {
+            Ok(())
+        } else {
+            Err(SinkError::Cluster(format!(
+                "CACHEWRIGHT_STATUS_PREFIX={} holds a brace, which on a Redis Cluster would move the writer \
+                 lease's epoch keys into the wrong slots: use a prefix without {{ or }}",
+                cfg.status_prefix
+            )))
+        }
+    }
+
+    /// Writes an atomic pipeline on a cluster: cut by slot, each slot's
+    /// part one script (fenced by the slot's epoch copy when the sink is),
+    /// all parts concurrently; commands without a key (`PUBLISH`) last.
+    pub(super) async fn send_cluster(&self, pipe: &redis::Pipeline) -> Result<(), SinkError> {
+        let split = cluster::split(pipe);
+        futures::stream::iter(split.parts)
+            .map(|part| self.send_part(part))
+            .buffer_unordered(PARTS_IN_FLIGHT)
+            .try_collect::<Vec<()>>()
+            .await?;
+        for args in split.keyless {
+            let mut cmd = redis::cmd(&String::from_utf8_lossy(&args[0]));
+            for arg in &args[1..] {
+                cmd.arg(arg);
+            }
+            let conn = &self.conn;
+            self.retry
+                .run(|| {
+                    let (cmd, mut conn) = (&cmd, conn.clone());
+                    async move { cmd.query_async::<redis::Value>(&mut conn).await.map(drop) }
+                })
+                .await
+                .map_err(|(attempts, source)| SinkError::Write { attempts, source })?;
+        }
+        Ok(())
+    }
+
+    async fn send_part(&self, part: SlotPart) -> Result<(), SinkError> {
+        let copy = self.fence.as_ref().map(|_| cluster::epoch_copy_key(&self.status_prefix, part.slot));
+        let epoch = self.fence.as_ref().map(|f| f.epoch.to_string()).unwrap_or_default();
+        let mut keys: Vec<&[u8]> = copy.iter().map(|c| c.as_bytes()).collect();
+        keys.extend(part.keys.iter().map(Vec::as_slice));
+        let counts: Vec<String> = part.commands.iter().map(|c| c.len().to_string()).collect();
+        let mut args: Vec<&[u8]> = vec![epoch.as_bytes()];
+        for (command, count) in part.commands.iter().zip(&counts) {
+            args.push(count.as_bytes());
+            args.extend(command.iter().map(Vec::as_slice));
+        }
+        let call = ScriptCall::new(&WRITE_SHA, WRITE_SCRIPT, &keys, &args);
+        let mut attempt = 1;
+        let mut repairs = 0;
+        loop {
+            if let Some(fence) = &self.fence
+                && !fence.is_valid()
+            {
+                return Err(SinkError::LeaseLost);
+            }
+            let mut conn = self.conn.clone();
+            let err = match call.run(&mut conn).await.map_err(classify) {
+                Ok(()) => return Ok(()),
+                Err(err) => err,
+            };
+            match (err, &self.fence) {
+                (PartError::Fenced, Some(fence)) => {
+                    fence.mark_lost();
+                    return Err(SinkError::Fenced { epoch: fence.epoch });
+                }
+                (PartError::EpochLow, Some(fence)) if repairs < 3 => {
+                    repairs += 1;
+                    self.repair_epoch_copy(fence, part.slot).await?;
+                }
+                (PartError::Redis(err), _) if attempt < self.retry.attempts && is_retriable(&err) => {
+                    let delay = self.retry.delay(attempt);
+                    tracing::warn!(attempt, slot = part.slot, delay_ms = delay.as_millis() as u64, error = %err, "cluster write failed, retrying");
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                (PartError::Redis(source), _) => return Err(SinkError::Write { attempts: attempt, source }),
+                (PartError::Fenced | PartError::EpochLow, _) => {
+                    return Err(SinkError::Cluster(format!(
+                        "slot {} refused a write: its epoch copy could not be brought to this writer's epoch",
+                        part.slot
+                    )));
+                }
+            }
+        }
+    }
+
+    /// A slot's copy is missing (its master restarted empty) or behind:
+    /// raised only while the epoch key itself still holds this writer's
+    /// epoch, else the writer was taken over.
+    async fn repair_epoch_copy(&self, fence: &Fence, slot: u16) -> Result<(), SinkError> {
+        let mut conn = self.conn.clone();
+        let current: Option<u64> = redis::cmd("GET")
+            .arg(&fence.key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| SinkError::Write { attempts: 1, source })?;
+        if current != Some(fence.epoch) {
+            fence.mark_lost();
+            return Err(SinkError::Fenced { epoch: fence.epoch });
+        }
+        tracing::info!(slot, epoch = fence.epoch, "restoring a slot's epoch copy");
+        self.raise_copy(fence.epoch, slot).await
+    }
+
+    async fn raise_copy(&self, epoch: u64, slot: u16) -> Result<(), SinkError> {
+        let key = cluster::epoch_copy_key(&self.status_prefix, slot);
+        let epoch = epoch.to_string();
+        let call = ScriptCall::new(&RAISE_SHA, RAISE_SCRIPT, &[key.as_bytes()], &[epoch.as_bytes()]);
+        let conn = &self.conn;
+        self.retry
+            .run(|| {
+                let (call, mut conn) = (&call, conn.clone());
+                async move { call.run(&mut conn).await }
+            })
+            .await
+            .map_err(|(attempts, source)| SinkError::Write { attempts, source })
+    }
+
+    /// Raises the epoch's copy in all 16384 slots to `fence`'s epoch,
+    /// before the new writer's first write.
+    pub(super) async fn raise_epoch_copies(&self, fence: &Fence) -> Result<(), SinkError> {
+        futures::stream::iter(0..cluster::SLOTS as u16)
+            .map(|slot| self.raise_copy(fence.epoch, slot))
+            .buffer_unordered(PARTS_IN_FLIGHT)
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+
+    /// Sends `cmd` to the node at `host:port`.
+    pub(super) async fn on_node(&self, node: &(String, u16), cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        let RedisConn::Cluster(conn) = &self.conn else {
+            let mut conn = self.conn.clone();
+            return cmd.query_async(&mut conn).await;
+        };
+        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: node.0.clone(), port: node.1 });
+        conn.clone().route_command(cmd.clone(), route).await
+    }
+
+    /// The masters and their slots, and whether a slot is moving.
+    pub(super) async fn layout(&self) -> Result<(Layout, bool), SinkError> {
+        let mut conn = self.conn.clone();
+        let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn).await.map_err(read_err)?;
+        let layout = cluster::parse_slots(&reply)
+            .ok_or_else(|| SinkError::Cluster("CLUSTER SLOTS gave a reply this version cannot read".into()))?;
+        let mut moving = false;
+        for node in &layout.masters {
+            let text: String = parse(self.on_node(node, redis::cmd("CLUSTER").arg("NODES")).await.map_err(read_err)?)?;
+            moving |= cluster::moving_slots(&text);
+        }
+        Ok((layout, moving))
+    }
+
+    /// Every master's `run_id`, in address order.
+    pub(super) async fn cluster_run_ids(&self) -> Result<String, SinkError> {
+        let (layout, _) = self.layout().await?;
+        let mut ids = Vec::new();
+        for node in &layout.masters {
+            let info: String = parse(self.on_node(node, redis::cmd("INFO").arg("server")).await.map_err(read_err)?)?;
+            ids.push(super::info_value(&info, "run_id").unwrap_or_default().to_string());
+        }
+        Ok(ids.join(","))
+    }
+
+    /// `INFO` of the given sections from every master, numeric fields
+    /// summed (memory, hits and misses of the whole cluster).
+    pub(super) async fn cluster_info(&self, sections: &[&str]) -> Result<String, SinkError> {
+        let (layout, _) = self.layout().await?;
+        let mut replies = Vec::new();
+        for node in &layout.masters {
+            let mut cmd = redis::cmd("INFO");
+            for section in sections {
+                cmd.arg(*section);
+            }
+            replies.push(parse::<String>(self.on_node(node, &cmd).await.map_err(read_err)?)?);
+        }
+        Ok(sum_info(&replies))
+    }
+
+    /// Runs `visit` on every key matching `glob` on every master. When the
+    /// slot map changes during the pass, or a slot is moving, a key may
+    /// have gone from an unscanned master to a scanned one: the pass is
+    /// then thrown away (`Scanned::Restart`) and made again once the
+    /// slots settle.
+    pub(super) async fn scan_masters(
+        &self,
+        glob: &str,
+        count: usize,
+        mut visit: impl FnMut(Scanned),
+    ) -> Result<(), SinkError> {
+        let started = tokio::time::Instant::now();
+        loop {
+            let (before, moving) = self.layout().await?;
+            if !moving {
+                for node in &before.masters {
+                    let mut cursor: u64 = 0;
+                    loop {
+                        let mut cmd = redis::cmd("SCAN");
+                        cmd.arg(cursor).arg("MATCH").arg(glob).arg("COUNT").arg(count);
+                        let reply = self
+                            .retry
+                            .run(|| self.on_node(node, &cmd))
+                            .await
+                            .map_err(|(attempts, source)| SinkError::Scan { attempts, source })?;
+                        let (next, batch): (u64, Vec<Vec<u8>>) = parse(reply)?;
+                        visit(Scanned::Keys(batch));
+                        cursor = next;
+                        if cursor == 0 {
+                            break;
+                        }
+                    }
+                }
+                let (after, moving) = self.layout().await?;
+                if !moving && after == before {
+                    return Ok(());
+                }
+                visit(Scanned::Restart);
+            }
+            if started.elapsed() > SETTLE_WAIT {
+                return Err(SinkError::Cluster(format!(
+                    "the cluster's slots kept moving for {} s, so a scan could not see every key once; \
+                     run this again when the resharding is done",
+                    SETTLE_WAIT.as_secs()
+                )));
+            }
+            tracing::info!("cluster slots are moving; scanning again once they settle");
+            tokio::time::sleep(SETTLE_PAUSE).await;
+        }
+    }
+}
+
+/// Merges INFO replies: each numeric field summed, other fields taken
+/// from the first reply.
+pub fn sum_info(replies: &[String]) -> String {
+    let mut fields: indexmap::IndexMap<&str, (String, Option<f64>)> = indexmap::IndexMap::new();
+    for reply in replies {
+        for line in reply.lines().filter(|l| !l.starts_with('#')) {
+            let Some((name, value)) = line.split_once(':') else { continue };
+            let value = value.trim();
+            let number = value.parse::<f64>().ok();
+            match fields.get_mut(name) {
+                Some((_, Some(sum))) => *sum += number.unwrap_or(0.0),
+                Some(_) => {}
+                None => {
+                    fields.insert(name, (value.to_string(), number));
+                }
+            }
+        }
+    }
+    fields
+        .into_iter()
+        .map(|(name, (text, sum))| match sum {
+            Some(sum) if sum.fract() == 0.0 => format!("{name}:{}\r\n", sum as i64),
+            Some(sum) => format!("{name}:{sum}\r\n"),
+            None => format!("{name}:{text}\r\n"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn info_of_the_masters_is_summed() {
+        let a = "# Memory\r\nused_memory:100\r\nmaxmemory_policy:noeviction\r\nmem_fragmentation_ratio:1.5\r\n";
+        let b = "# Memory\r\nused_memory:250\r\nmaxmemory_policy:noeviction\r\nmem_fragmentation_ratio:1.25\r\n";
+        let merged = super::sum_info(&[a.to_string(), b.to_string()]);
+        assert_eq!(super::super::info_value(&merged, "used_memory"), Some("350"));
+        assert_eq!(super::super::info_value(&merged, "maxmemory_policy"), Some("noeviction"));
+        assert_eq!(super::super::info_value(&merged, "mem_fragmentation_ratio"), Some("2.75"));
+    }
+}

@@ -8,6 +8,7 @@ use cachewright::progress::Progress;
 use cachewright::rebuild::{RebuildOptions, rebuild};
 use futures::TryStreamExt;
 use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
+use common::Setup;
 use std::process::Command;
 
 fn all() -> RebuildOptions {
@@ -124,16 +125,26 @@ async fn migrate_folds_legacy_ids_once_and_resumes_after_a_kill() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_is_clean_after_a_rebuild_and_catches_each_kind_of_drift() {
+    verify_catches_each_kind_of_drift(Setup::OneNode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_on_a_cluster_is_clean_after_a_rebuild_and_catches_each_kind_of_drift() {
+    verify_catches_each_kind_of_drift(Setup::Cluster).await;
+}
+
+async fn verify_catches_each_kind_of_drift(setup: Setup) {
     let s = common::shared();
+    let url = setup.redis_url();
     let name = common::unique("verify");
-    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    let cfg = common::config(&s.mongo.uri(), &url, &name);
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     rebuild(&cfg, &all(), &Progress::hidden()).await.unwrap();
     let clean = verify::verify(&cfg, FamilySet::all(), 3, &Progress::hidden()).await.unwrap();
     assert!(clean.ok(), "{}", clean.render());
 
     let p = &cfg.prefix;
-    let mut conn = common::redis_conn(&s.redis.url()).await;
+    let mut conn = common::redis_conn(&url).await;
     let detail: String = redis::cmd("GET").arg(format!("{p}video:detail:v2")).query_async(&mut conn).await.unwrap();
     let _: () = redis::pipe()
         .cmd("DEL")
@@ -179,16 +190,26 @@ async fn verify_is_clean_after_a_rebuild_and_catches_each_kind_of_drift() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_deletes_only_registered_keys_under_the_old_prefix() {
+    purge_deletes_only_registered_keys(Setup::OneNode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_on_a_cluster_deletes_only_registered_keys_under_the_old_prefix() {
+    purge_deletes_only_registered_keys(Setup::Cluster).await;
+}
+
+async fn purge_deletes_only_registered_keys(setup: Setup) {
     let s = common::shared();
+    let url = setup.redis_url();
     let name = common::unique("purge");
-    let old = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    let old = common::config(&s.mongo.uri(), &url, &name);
     common::load_fixtures(&old, &common::fixture_dir("edge-cases")).await;
     rebuild(&old, &all(), &Progress::hidden()).await.unwrap();
     // The new layout lives under a prefix nested in the old one.
     let mut raw = cachewright::config::RawConfig {
         mongodb_uri: Some(s.mongo.uri()),
         mongodb_db: Some(name.clone()),
-        redis_url: Some(s.redis.url()),
+        redis_url: Some(url.clone()),
         prefix: Some(format!("{}v2:", old.prefix)),
         status_prefix: Some("cw-purge-test:".into()),
         ..Default::default()
@@ -196,11 +217,11 @@ async fn purge_deletes_only_registered_keys_under_the_old_prefix() {
     raw.home_limit = Some(3);
     let new = cachewright::config::Config::from_raw(raw).unwrap();
     rebuild(&new, &all(), &Progress::hidden()).await.unwrap();
-    let mut conn = common::redis_conn(&s.redis.url()).await;
+    let mut conn = common::redis_conn(&url).await;
     let unregistered = format!("{}session:abc", old.prefix);
     let _: () = redis::cmd("SET").arg(&unregistered).arg("1").query_async(&mut conn).await.unwrap();
-    let before_new = common::dump(&s.redis.url(), &new.prefix).await;
-    let old_count = common::dump(&s.redis.url(), &old.prefix).await.len() - before_new.len() - 1;
+    let before_new = common::dump(&url, &new.prefix).await;
+    let old_count = common::dump(&url, &old.prefix).await.len() - before_new.len() - 1;
 
     let sink = cachewright::sink::Sink::connect(&old).await.unwrap();
     let dry = purge::purge(&sink, &old.prefix, true, &Progress::hidden()).await.unwrap();
@@ -208,20 +229,20 @@ async fn purge_deletes_only_registered_keys_under_the_old_prefix() {
     let counts = purge::purge(&sink, &old.prefix, false, &Progress::hidden()).await.unwrap();
     assert_eq!(counts.values().sum::<u64>() as usize, old_count);
 
-    let left = common::dump(&s.redis.url(), &old.prefix).await;
+    let left = common::dump(&url, &old.prefix).await;
     assert_eq!(left.len(), before_new.len() + 1, "only the new prefix and the unregistered key remain");
     assert!(left.contains_key(&unregistered));
     // Same keys and contents (TTLs tick on, so they are left out).
     let contents = |d: &std::collections::BTreeMap<String, (common::render::Content, i64)>| {
         d.iter().map(|(k, (c, _))| (k.clone(), c.clone())).collect::<Vec<_>>()
     };
-    assert_eq!(contents(&common::dump(&s.redis.url(), &new.prefix).await), contents(&before_new));
+    assert_eq!(contents(&common::dump(&url, &new.prefix).await), contents(&before_new));
 
     // The CLI refuses to purge the active prefix.
     let out = Command::new(env!("CARGO_BIN_EXE_cachewright"))
         .args(["purge", "--prefix", &new.prefix])
         .env("CACHEWRIGHT_PREFIX", &new.prefix)
-        .env("REDIS_URL", s.redis.url())
+        .env("REDIS_URL", &url)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));

@@ -8,6 +8,7 @@ use cachewright::config::{Config, RawConfig};
 use cachewright::dev::generate::Rng;
 use cachewright::progress::Progress;
 use cachewright::rebuild::{RebuildOptions, rebuild};
+use common::Setup;
 use common::watcher::{start, start_streaming};
 use mongodb::bson::{Bson, DateTime, Document, doc};
 use std::time::Duration;
@@ -259,10 +260,11 @@ async fn assert_same_as_rebuild(mongo: &str, redis: &str, name: &str, prefix: &s
     }
     // Remove the reference so later comparisons start clean.
     let mut conn = common::redis_conn(redis).await;
-    let keys: Vec<String> = common::dump(redis, &format!("{fresh_prefix}:")).await.into_keys().collect();
-    if !keys.is_empty() {
-        let _: () = redis::cmd("DEL").arg(keys).query_async(&mut conn).await.unwrap();
+    let mut pipe = redis::pipe();
+    for key in common::dump(redis, &format!("{fresh_prefix}:")).await.into_keys() {
+        pipe.cmd("DEL").arg(key).ignore();
     }
+    let _: () = pipe.query_async(&mut conn).await.unwrap();
 }
 
 async fn data(cfg: &Config, seed: u64) -> Data {
@@ -272,22 +274,34 @@ async fn data(cfg: &Config, seed: u64) -> Data {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_changes_through_the_watcher_equal_a_full_rebuild() {
+    random_changes_equal_a_full_rebuild(Setup::OneNode, 1..=20).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_changes_through_the_watcher_on_a_cluster_equal_a_full_rebuild() {
+    random_changes_equal_a_full_rebuild(Setup::Cluster, 101..=108).await;
+}
+
+async fn random_changes_equal_a_full_rebuild(setup: Setup, seeds: std::ops::RangeInclusive<u64>) {
     let _serial = SERIAL.lock().await;
     let s = common::shared();
-    for seed in 1..=20u64 {
+    let url = setup.redis_url();
+    for seed in seeds {
         let name = common::unique("watchdiff");
         let prefix = format!("w{name}");
-        let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &prefix);
+        let cfg = config(&s.mongo.uri(), &url, &name, &prefix);
         let mut d = data(&cfg, seed).await;
         d.seed().await;
-        let watcher = start(&cfg);
+        // Streaming before the first change, so the changes arrive as
+        // events (not folded into the start-up rebuild).
+        let watcher = start_streaming(&cfg).await;
         for _ in 0..120 {
             d.change().await;
         }
-        d.settle(&s.redis.url(), &prefix).await;
+        d.settle(&url, &prefix).await;
         let metrics = watcher.stop().await;
         assert!(metrics.total_applied() >= 40, "seed {seed}: {} events", metrics.total_applied());
-        assert_same_as_rebuild(&s.mongo.uri(), &s.redis.url(), &name, &prefix, seed).await;
+        assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, seed).await;
     }
 }
 

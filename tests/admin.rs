@@ -6,9 +6,9 @@ use cachewright::admin::{migrate, purge, verify};
 use cachewright::plan::FamilySet;
 use cachewright::progress::Progress;
 use cachewright::rebuild::{RebuildOptions, rebuild};
+use common::Setup;
 use futures::TryStreamExt;
 use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
-use common::Setup;
 use std::process::Command;
 
 fn all() -> RebuildOptions {

@@ -15,12 +15,6 @@ use mongodb::bson::{Document, doc};
 use std::process::Command;
 use std::time::Duration;
 
-async fn generate(cfg: &Config, videos: usize, seed: u64) {
-    let source = cachewright::source::Source::connect(cfg).await.unwrap();
-    let shape = cachewright::dev::generate::Shape { channels: 10, categories: 100, tags: 400, videos };
-    cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, seed, |_| {}).await.unwrap();
-}
-
 async fn get(url: &str, key: &str) -> Option<String> {
     let mut conn = common::redis_conn(url).await;
     redis::cmd("GET").arg(key).query_async(&mut conn).await.unwrap()
@@ -49,7 +43,7 @@ async fn a_rebuilder_stalled_past_its_lease_lands_nothing_after_a_takeover() {
         cfg
     };
     let stalled = Config { redis_url: proxy.redis_url(), write_batch_ops: 100, ..direct.clone() };
-    generate(&direct, 20_000, 11).await;
+    common::generate(&direct, 20_000, 11).await;
 
     // The first rebuilder stalls on its first video detail, mid-run, with
     // batches already sent and held by the network.
@@ -130,7 +124,7 @@ async fn a_dropped_rebuild_leaves_no_lease_behind() {
     let s = common::shared();
     let name = common::unique("leak");
     let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
-    generate(&cfg, 20_000, 5).await;
+    common::generate(&cfg, 20_000, 5).await;
     let lock = format!("{}lock:rebuild:full", cfg.status_prefix);
     let run = {
         let cfg = cfg.clone();

@@ -8,12 +8,6 @@ use cachewright::rebuild::{RebuildOptions, rebuild_with_retries};
 use common::proxy::Proxy;
 use std::time::Duration;
 
-async fn generate(cfg: &cachewright::config::Config, videos: usize) {
-    let source = cachewright::source::Source::connect(cfg).await.unwrap();
-    let shape = cachewright::dev::generate::Shape { channels: 10, categories: 100, tags: 400, videos };
-    cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, 3, |_| {}).await.unwrap();
-}
-
 /// Starts a rebuild whose Redis traffic goes through `proxy`, and waits
 /// until the proxy has stalled it on its first video detail: the video
 /// cursor is then open (details come from documents it returned) and,
@@ -48,7 +42,7 @@ async fn redis_restart_mid_run_is_detected_and_the_run_redone() {
     let proxy = Proxy::start(redis.port).await;
     let name = common::unique("redisrestart");
     let cfg = stalled_config(&mongo.uri(), &proxy, &name);
-    generate(&cfg, 30_000).await;
+    common::generate(&cfg, 30_000, 3).await;
 
     let run = rebuild_stalled_on_first_detail(&cfg, &proxy).await;
     // Redis loses everything written so far; the run goes on against the
@@ -69,7 +63,7 @@ async fn mongodb_restart_while_a_cursor_is_open_is_survived() {
     let proxy = Proxy::start(redis.port).await;
     let name = common::unique("mongorestart");
     let cfg = stalled_config(&mongo.uri(), &proxy, &name);
-    generate(&cfg, 30_000).await;
+    common::generate(&cfg, 30_000, 3).await;
 
     let run = rebuild_stalled_on_first_detail(&cfg, &proxy).await;
     // The server holding the open cursor restarts: the next getMore finds

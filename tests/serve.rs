@@ -381,10 +381,6 @@ async fn wait_converged(url: &str, cfg: &Config) {
     panic!("the cache never matched a fresh rebuild:\n{diff}");
 }
 
-fn signal(child: &std::process::Child, sig: &str) {
-    let _ = std::process::Command::new("kill").args([sig, &child.id().to_string()]).status();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_leader_is_replaced_within_a_lease_ttl_and_returns_as_a_follower() {
     let s = common::shared();
@@ -437,7 +433,7 @@ async fn a_stopped_leader_is_replaced_within_a_lease_ttl_and_returns_as_a_follow
 
     // Freeze the leader: the follower takes over within a lease TTL (plus
     // its polling interval).
-    signal(&children[leader], "-STOP");
+    common::signal(children[leader].id(), "-STOP");
     let stopped = std::time::Instant::now();
     let mut took_over = None;
     while stopped.elapsed() < Duration::from_secs(20) {
@@ -462,7 +458,7 @@ async fn a_stopped_leader_is_replaced_within_a_lease_ttl_and_returns_as_a_follow
 
     // The old leader wakes up: it finds its lease gone, writes nothing, and
     // follows.
-    signal(&children[leader], "-CONT");
+    common::signal(children[leader].id(), "-CONT");
     let mut follows = false;
     for _ in 0..300 {
         let (_, body) = get(addr(leader), "/health/ready").await;
@@ -481,7 +477,7 @@ async fn a_stopped_leader_is_replaced_within_a_lease_ttl_and_returns_as_a_follow
     wait_converged(&s.redis.url(), &cfg).await;
 
     for child in &children {
-        signal(child, "-TERM");
+        common::signal(child.id(), "-TERM");
     }
     for child in &mut children {
         let mut code = None;

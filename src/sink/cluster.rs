@@ -165,26 +165,38 @@ pub fn split(pipe: &redis::Pipeline) -> Split {
 /// and whether any slot is being moved.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Layout {
-    /// `(host, port)` of every master, sorted.
-    pub masters: Vec<(String, u16)>,
+    /// `host:port` of every master, sorted.
+    pub masters: Vec<String>,
     /// `start-end@host:port` of every range, sorted: equal maps compare equal.
     pub ranges: Vec<String>,
 }
 
-/// Parses a `CLUSTER SLOTS` reply.
-pub fn parse_slots(reply: &redis::Value) -> Option<Layout> {
+/// The ranges of a `CLUSTER SLOTS` reply: `(start, end, "host:port")` of
+/// each range's master; a master without a reported host is reached at
+/// `default_host`, the node that answered.
+pub fn slot_ranges(reply: &redis::Value, default_host: &str) -> Option<Vec<(u16, u16, String)>> {
     let redis::Value::Array(ranges) = reply else { return None };
-    let mut layout = Layout::default();
+    let mut out = Vec::new();
     for range in ranges {
         let redis::Value::Array(fields) = range else { return None };
-        let start: i64 = redis::from_redis_value(fields.first()?.clone()).ok()?;
-        let end: i64 = redis::from_redis_value(fields.get(1)?.clone()).ok()?;
+        let start: u16 = redis::from_redis_value(fields.first()?.clone()).ok()?;
+        let end: u16 = redis::from_redis_value(fields.get(1)?.clone()).ok()?;
         let redis::Value::Array(master) = fields.get(2)? else { return None };
         let host: String = redis::from_redis_value(master.first()?.clone()).ok()?;
         let port: u16 = redis::from_redis_value(master.get(1)?.clone()).ok()?;
-        layout.ranges.push(format!("{start}-{end}@{host}:{port}"));
-        if !layout.masters.contains(&(host.clone(), port)) {
-            layout.masters.push((host, port));
+        let host = if host.is_empty() || host == "?" { default_host.to_string() } else { host };
+        out.push((start, end, format!("{host}:{port}")));
+    }
+    Some(out)
+}
+
+/// Parses a `CLUSTER SLOTS` reply into a [`Layout`].
+pub fn parse_slots(reply: &redis::Value) -> Option<Layout> {
+    let mut layout = Layout::default();
+    for (start, end, node) in slot_ranges(reply, "127.0.0.1")? {
+        layout.ranges.push(format!("{start}-{end}@{node}"));
+        if !layout.masters.contains(&node) {
+            layout.masters.push(node);
         }
     }
     layout.masters.sort();
@@ -281,7 +293,7 @@ mod tests {
         ]);
         let layout = parse_slots(&reply).unwrap();
         assert_eq!(layout.masters.len(), 3);
-        assert_eq!(layout.masters[0], ("127.0.0.1".to_string(), 7000));
+        assert_eq!(layout.masters[0], "127.0.0.1:7000");
         assert_eq!(layout.ranges[0], "0-5460@127.0.0.1:7000");
     }
 

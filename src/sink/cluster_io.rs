@@ -4,7 +4,6 @@
 use super::cluster::{self, Layout, RAISE_SCRIPT, SlotPart, WRITE_SCRIPT};
 use super::{Fence, RedisConn, Sink, SinkError, is_retriable};
 use futures::{StreamExt, TryStreamExt};
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -200,7 +199,7 @@ impl Sink {
             fence.mark_lost();
             return Err(SinkError::Fenced { epoch: fence.epoch });
         }
-        tracing::info!(slot, epoch = fence.epoch, "restoring a slot's epoch copy");
+        tracing::debug!(slot, epoch = fence.epoch, "restoring a slot's epoch copy");
         self.raise_copy(fence.epoch, slot).await
     }
 
@@ -230,13 +229,12 @@ impl Sink {
     }
 
     /// Sends `cmd` to the node at `host:port`.
-    pub(super) async fn on_node(&self, node: &(String, u16), cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
-        let RedisConn::Cluster(conn) = &self.conn else {
+    pub(super) async fn on_node(&self, node: &str, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        let RedisConn::Cluster(router) = &self.conn else {
             let mut conn = self.conn.clone();
             return cmd.query_async(&mut conn).await;
         };
-        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: node.0.clone(), port: node.1 });
-        conn.clone().route_command(cmd.clone(), route).await
+        router.on_node(node, cmd).await
     }
 
     /// The masters and their slots, and whether a slot is moving.

@@ -1,11 +1,12 @@
 //! The shared connection: a single Redis (through a reconnecting
-//! manager) or a Redis Cluster (through the cluster client, which routes
-//! each command to the master of its key's slot and follows `MOVED` and
-//! `ASK` while slots move).
+//! manager) or a Redis Cluster (through [`Router`], which sends each
+//! command to the master of its key's slot and follows the cluster while
+//! slots move).
 
+use super::router::Router;
 use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
+use std::sync::Arc;
 
 /// Reads in flight at once when a plain pipeline is spread over a
 /// cluster's masters.
@@ -14,12 +15,20 @@ const SPREAD: usize = 64;
 #[derive(Clone)]
 pub enum RedisConn {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Arc<Router>),
 }
 
 impl RedisConn {
     pub fn is_cluster(&self) -> bool {
         matches!(self, RedisConn::Cluster(_))
+    }
+
+    /// A cluster connection through the node at `url` (no TLS), for
+    /// tools and tests.
+    pub async fn cluster(url: &str) -> redis::RedisResult<RedisConn> {
+        use redis::IntoConnectionInfo;
+        let info = url.into_connection_info()?;
+        Ok(RedisConn::Cluster(Arc::new(Router::connect(info, "redis", None, Vec::new()).await?)))
     }
 }
 
@@ -27,7 +36,7 @@ impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             RedisConn::Single(c) => c.req_packed_command(cmd),
-            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(router) => Box::pin(router.request(cmd)),
         }
     }
 
@@ -44,11 +53,16 @@ impl ConnectionLike for RedisConn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             RedisConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            RedisConn::Cluster(c) if offset == 0 && count == pipeline.len() => {
-                let conn = c.clone();
-                Box::pin(spread(conn, pipeline))
+            RedisConn::Cluster(router) if offset == 0 && count == pipeline.len() => {
+                Box::pin(spread(router.clone(), pipeline))
             }
-            RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Cluster(_) => Box::pin(async {
+                Err((
+                    redis::ErrorKind::Client,
+                    "an atomic pipeline over a cluster must be cut by slot (Sink::send does)",
+                )
+                    .into())
+            }),
         }
     }
 
@@ -60,14 +74,14 @@ impl ConnectionLike for RedisConn {
     }
 }
 
-async fn spread(conn: ClusterConnection, pipeline: &Pipeline) -> redis::RedisResult<Vec<Value>> {
+async fn spread(router: Arc<Router>, pipeline: &Pipeline) -> redis::RedisResult<Vec<Value>> {
     use futures::{StreamExt, TryStreamExt};
     // Owned commands: the stream's futures outlive no borrow.
     let commands: Vec<Cmd> = pipeline.cmd_iter().cloned().collect();
     futures::stream::iter(commands)
         .map(move |cmd| {
-            let mut conn = conn.clone();
-            async move { conn.req_packed_command(&cmd).await }
+            let router = router.clone();
+            async move { router.request(&cmd).await }
         })
         .buffered(SPREAD)
         .try_collect()

@@ -11,6 +11,7 @@ pub mod lease;
 mod pipeline;
 pub mod reporter;
 mod retry;
+mod router;
 mod state;
 mod sweep;
 mod writer;
@@ -28,7 +29,6 @@ pub use writer::{WriteOutcome, run_writer};
 use crate::config::{Config, TierSeconds, redact_url, scrub};
 use crate::plan::Op;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClientBuilder;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -204,7 +204,7 @@ async fn cluster_mode(cfg: &Config, client: &redis::Client) -> Result<bool, Sink
 }
 
 /// Connects to a Redis Cluster through `REDIS_URL` and the extra seeds.
-async fn connect_cluster(cfg: &Config) -> Result<redis::cluster_async::ClusterConnection, SinkError> {
+async fn connect_cluster(cfg: &Config) -> Result<router::Router, SinkError> {
     if cfg.redis_db.is_some_and(|db| db != 0) {
         return Err(SinkError::Cluster(format!(
             "REDIS_DB={} is set, but a Redis Cluster has database 0 only: unset REDIS_DB or set it to 0",
@@ -213,25 +213,7 @@ async fn connect_cluster(cfg: &Config) -> Result<redis::cluster_async::ClusterCo
     }
     let (first, certificates) = connection_info(cfg, &cfg.redis_url)?;
     let scheme = if cfg.redis_url.starts_with("rediss://") { "rediss" } else { "redis" };
-    let mut nodes = vec![first];
-    for node in &cfg.redis_cluster_nodes {
-        let (info, _) = connection_info(cfg, &format!("{scheme}://{node}"))?;
-        let settings = nodes[0].redis_settings().clone();
-        nodes.push(info.set_redis_settings(settings));
-    }
-    let mut builder = ClusterClientBuilder::new(nodes)
-        .connection_timeout(Duration::from_secs(5))
-        // Big index keys take a while to apply; a short timeout would
-        // retry work that is still running.
-        .response_timeout(Duration::from_secs(60))
-        .retries(8)
-        .min_retry_wait(50)
-        .max_retry_wait(2000);
-    if let Some(certificates) = certificates {
-        builder = builder.certs(certificates);
-    }
-    let client = builder.build().map_err(connect_error(cfg))?;
-    let connect = client.get_async_connection();
+    let connect = router::Router::connect(first, scheme, certificates, cfg.redis_cluster_nodes.clone());
     tokio::time::timeout(Duration::from_secs(15), connect)
         .await
         .map_err(|_| connect_error(cfg)(timed_out()))?
@@ -248,7 +230,7 @@ impl Sink {
         let connect_err = connect_error(cfg);
         let client = client(cfg)?;
         let conn = if cluster_mode(cfg, &client).await? {
-            RedisConn::Cluster(connect_cluster(cfg).await?)
+            RedisConn::Cluster(std::sync::Arc::new(connect_cluster(cfg).await?))
         } else {
             RedisConn::Single(Sink::connect_single(cfg, &client).await?)
         };

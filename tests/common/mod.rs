@@ -119,7 +119,7 @@ pub async fn cluster_masters(url: &str) -> Option<Vec<String>> {
     }
     let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn).await.expect("cluster slots");
     let layout = cachewright::sink::cluster::parse_slots(&reply).expect("a CLUSTER SLOTS reply");
-    let masters = layout.masters.into_iter().map(|(h, p)| format!("{h}:{p}")).collect();
+    let masters = layout.masters;
     Some(masters)
 }
 
@@ -127,8 +127,7 @@ pub async fn cluster_masters(url: &str) -> Option<Vec<String>> {
 /// whole cluster (commands routed by key).
 pub async fn redis_conn(url: &str) -> cachewright::sink::RedisConn {
     if cluster_masters(url).await.is_some() {
-        let client = redis::cluster::ClusterClient::new(vec![url]).expect("cluster client");
-        return cachewright::sink::RedisConn::Cluster(client.get_async_connection().await.expect("cluster reachable"));
+        return cachewright::sink::RedisConn::cluster(url).await.expect("cluster reachable");
     }
     let client = redis::Client::open(url).expect("url");
     cachewright::sink::RedisConn::Single(redis::aio::ConnectionManager::new(client).await.expect("redis reachable"))
@@ -285,4 +284,51 @@ pub fn cachewright(cfg: &Config) -> std::process::Command {
         cmd.env("CACHEWRIGHT_HOME_LIMIT", limit.to_string());
     }
     cmd
+}
+
+/// Generates a catalogue of `videos` videos (10 channels, 100
+/// categories, 400 tags) into `cfg`'s database.
+pub async fn generate(cfg: &Config, videos: usize, seed: u64) {
+    let source = cachewright::source::Source::connect(cfg).await.expect("mongo reachable");
+    let shape = cachewright::dev::generate::Shape { channels: 10, categories: 100, tags: 400, videos };
+    cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, seed, |_| {})
+        .await
+        .expect("generate");
+}
+
+/// Sends `sig` (such as `-STOP`) to process `pid`.
+pub fn signal(pid: u32, sig: &str) {
+    let status = std::process::Command::new("kill").args([sig, &pid.to_string()]).status().expect("kill runs");
+    assert!(status.success(), "kill {sig} {pid} failed");
+}
+
+/// How many keys match `pattern`, over every master of a cluster.
+pub async fn count_keys(url: &str, pattern: &str) -> usize {
+    let nodes = match cluster_masters(url).await {
+        Some(masters) => masters.into_iter().map(|m| format!("redis://{m}")).collect(),
+        None => vec![url.to_string()],
+    };
+    let mut count = 0;
+    for node in nodes {
+        let mut conn =
+            redis::Client::open(node).expect("url").get_multiplexed_async_connection().await.expect("redis reachable");
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, batch): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(5000)
+                .query_async(&mut conn)
+                .await
+                .expect("scan");
+            count += batch.len();
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+    }
+    count
 }

@@ -112,6 +112,10 @@ impl Redis {
         wait_listening(self.port, "redis-server");
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).expect("redis-server runs")
+    }
+
     pub fn url(&self) -> String {
         let scheme = if self.tls { "rediss" } else { "redis" };
         format!("{scheme}://127.0.0.1:{}", self.port)

@@ -1,0 +1,331 @@
+//! A small Redis Cluster router of our own: the slot map from `CLUSTER
+//! SLOTS`, one multiplexed connection per node, and each command sent to
+//! the master of its key's slot, following `MOVED` and `ASK`, waiting
+//! out `TRYAGAIN` and `CLUSTERDOWN`, and reconnecting to a master that
+//! restarted.
+//!
+//! Why not the driver's cluster client: after a master restart, it was
+//! seen to hold every request, on every master, until the response
+//! timeout, again and again (its slot refresh never completed). Here a
+//! failed request only refreshes the map and retries, with a bound.
+
+use super::cluster;
+use redis::aio::MultiplexedConnection;
+use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
+use std::collections::HashMap;
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// Attempts per command; with the backoff below about 6 s in all, long
+/// enough for a restarted master to listen again or a slot to settle.
+const ATTEMPTS: u32 = 16;
+const FIRST_PAUSE: Duration = Duration::from_millis(20);
+const MAX_PAUSE: Duration = Duration::from_millis(500);
+/// A refresh right after another is skipped: a burst of `MOVED` replies
+/// needs one new map, not one each.
+const REFRESH_GAP: Duration = Duration::from_millis(50);
+
+fn pause(attempt: u32) -> Duration {
+    FIRST_PAUSE.saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1))).min(MAX_PAUSE)
+}
+
+/// Who owns each slot.
+#[derive(Debug, Clone, Default)]
+struct SlotMap {
+    /// `host:port` of every master.
+    nodes: Vec<String>,
+    /// Per slot, an index into `nodes` (`None`: not covered).
+    owners: Vec<Option<usize>>,
+}
+
+pub struct Router {
+    template: redis::ConnectionInfo,
+    scheme: &'static str,
+    certificates: Option<redis::TlsCertificates>,
+    seeds: Vec<String>,
+    map: RwLock<SlotMap>,
+    conns: Mutex<HashMap<String, MultiplexedConnection>>,
+    last_refresh: tokio::sync::Mutex<Option<Instant>>,
+}
+
+/// The slot a command's key hashes to; `None` for commands without a key.
+fn command_slot(cmd: &Cmd) -> Option<u16> {
+    let args: Vec<&[u8]> = cmd
+        .args_iter()
+        .filter_map(|a| match a {
+            redis::Arg::Simple(bytes) => Some(bytes),
+            _ => None,
+        })
+        .collect();
+    let name = args.first()?.to_ascii_uppercase();
+    let key = match name.as_slice() {
+        b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" | b"FCALL" => {
+            let keys: usize = std::str::from_utf8(args.get(2)?).ok()?.parse().ok()?;
+            if keys == 0 {
+                return None;
+            }
+            args.get(3)?
+        }
+        b"MEMORY" | b"OBJECT" => args.get(2)?,
+        b"PING" | b"INFO" | b"PUBLISH" | b"CLUSTER" | b"SCRIPT" | b"ECHO" | b"DBSIZE" | b"TIME" | b"ACL"
+        | b"CONFIG" | b"CLIENT" | b"LATENCY" | b"WAIT" => return None,
+        _ => args.get(1)?,
+    };
+    Some(cluster::slot(key))
+}
+
+fn is_connection_error(err: &redis::RedisError) -> bool {
+    err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() || err.is_timeout()
+}
+
+impl Router {
+    pub async fn connect(
+        first: redis::ConnectionInfo,
+        scheme: &'static str,
+        certificates: Option<redis::TlsCertificates>,
+        seeds: Vec<String>,
+    ) -> RedisResult<Router> {
+        let router = Router {
+            template: first,
+            scheme,
+            certificates,
+            seeds,
+            map: RwLock::new(SlotMap::default()),
+            conns: Mutex::new(HashMap::new()),
+            last_refresh: tokio::sync::Mutex::new(None),
+        };
+        router.refresh().await?;
+        Ok(router)
+    }
+
+    fn client(&self, addr: &str) -> RedisResult<redis::Client> {
+        use redis::IntoConnectionInfo;
+        let info = format!("{}://{addr}", self.scheme)
+            .into_connection_info()?
+            .set_redis_settings(self.template.redis_settings().clone());
+        match &self.certificates {
+            None => redis::Client::open(info),
+            Some(certificates) => redis::Client::build_with_tls(info, certificates.clone()),
+        }
+    }
+
+    async fn conn(&self, addr: &str) -> RedisResult<MultiplexedConnection> {
+        if let Some(conn) = self.conns.lock().unwrap_or_else(|e| e.into_inner()).get(addr) {
+            return Ok(conn.clone());
+        }
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(10)));
+        let conn = self.client(addr)?.get_multiplexed_async_connection_with_config(&config).await?;
+        self.conns.lock().unwrap_or_else(|e| e.into_inner()).insert(addr.to_string(), conn.clone());
+        Ok(conn)
+    }
+
+    fn forget(&self, addr: &str) {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner()).remove(addr);
+    }
+
+    /// The address of the seed node (`REDIS_URL`'s host and port).
+    fn seed_addrs(&self) -> Vec<String> {
+        let first = match self.template.addr() {
+            redis::ConnectionAddr::Tcp(host, port) | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+                format!("{host}:{port}")
+            }
+            _ => String::new(),
+        };
+        std::iter::once(first).chain(self.seeds.iter().cloned()).filter(|a| !a.is_empty()).collect()
+    }
+
+    /// Reads the slot map from the first node that answers: the masters
+    /// known so far, then the seeds.
+    pub async fn refresh(&self) -> RedisResult<()> {
+        let mut last = self.last_refresh.lock().await;
+        if last.is_some_and(|at| at.elapsed() < REFRESH_GAP) {
+            return Ok(());
+        }
+        let mut candidates = self.map.read().unwrap_or_else(|e| e.into_inner()).nodes.clone();
+        candidates.extend(self.seed_addrs());
+        candidates.dedup();
+        let mut error = None;
+        for addr in candidates {
+            let reply = match self.conn(&addr).await {
+                Ok(mut conn) => redis::cmd("CLUSTER").arg("SLOTS").query_async::<Value>(&mut conn).await,
+                Err(err) => Err(err),
+            };
+            match reply {
+                Ok(reply) => {
+                    let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or("");
+                    let Some(ranges) = cluster::slot_ranges(&reply, host) else { continue };
+                    let mut map = SlotMap { nodes: Vec::new(), owners: vec![None; cluster::SLOTS] };
+                    for (start, end, node) in ranges {
+                        let index = match map.nodes.iter().position(|n| *n == node) {
+                            Some(i) => i,
+                            None => {
+                                map.nodes.push(node);
+                                map.nodes.len() - 1
+                            }
+                        };
+                        for slot in start..=end.min(cluster::SLOTS as u16 - 1) {
+                            map.owners[usize::from(slot)] = Some(index);
+                        }
+                    }
+                    *self.map.write().unwrap_or_else(|e| e.into_inner()) = map;
+                    *last = Some(Instant::now());
+                    return Ok(());
+                }
+                Err(err) => {
+                    self.forget(&addr);
+                    error = Some(err);
+                }
+            }
+        }
+        Err(error.unwrap_or_else(|| (ErrorKind::Io, "no cluster node answered CLUSTER SLOTS").into()))
+    }
+
+    fn owner(&self, slot: Option<u16>) -> Option<String> {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        match slot {
+            Some(slot) => map.owners[usize::from(slot)].map(|i| map.nodes[i].clone()),
+            None => map.nodes.first().cloned(),
+        }
+    }
+
+    /// The masters, in address order.
+    pub fn masters(&self) -> Vec<String> {
+        let mut nodes = self.map.read().unwrap_or_else(|e| e.into_inner()).nodes.clone();
+        nodes.sort();
+        nodes
+    }
+
+    /// Sends `cmd` to the node at `addr`, once.
+    pub async fn on_node(&self, addr: &str, cmd: &Cmd) -> RedisResult<Value> {
+        let result = match self.conn(addr).await {
+            Ok(mut conn) => cmd.query_async::<Value>(&mut conn).await,
+            Err(err) => Err(err),
+        };
+        if result.as_ref().is_err_and(is_connection_error) {
+            self.forget(addr);
+        }
+        result
+    }
+
+    /// Sends `cmd` to the master of its key's slot (any master when it
+    /// has no key; `SCRIPT LOAD` to every master), following the cluster
+    /// until it answers or the attempts run out.
+    pub async fn request(&self, cmd: &Cmd) -> RedisResult<Value> {
+        if command_slot(cmd).is_none() && is_script_load(cmd) {
+            let mut reply = Value::Nil;
+            for addr in self.masters() {
+                reply = self.on_node(&addr, cmd).await?;
+            }
+            return Ok(reply);
+        }
+        let slot = command_slot(cmd);
+        let mut asking: Option<String> = None;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let target = match asking.take() {
+                Some(addr) => Ok((addr, true)),
+                None => self.owner(slot).map(|a| (a, false)).ok_or_else(|| {
+                    redis::RedisError::from((ErrorKind::Server(ServerErrorKind::ClusterDown), "slot not covered"))
+                }),
+            };
+            let result = match target {
+                Ok((addr, true)) => self.asking(&addr, cmd).await,
+                Ok((addr, false)) => self.on_node(&addr, cmd).await,
+                Err(err) => Err(err),
+            };
+            let err = match result {
+                Ok(value) => return Ok(value),
+                Err(err) if attempt >= ATTEMPTS => return Err(err),
+                Err(err) => err,
+            };
+            match err.kind() {
+                ErrorKind::Server(ServerErrorKind::Moved) => {
+                    if let Some((addr, moved)) = err.redirect_node() {
+                        self.set_owner(moved, addr);
+                    }
+                    let _ = self.refresh().await;
+                }
+                ErrorKind::Server(ServerErrorKind::Ask) => {
+                    asking = err.redirect_node().map(|(addr, _)| addr.to_string());
+                }
+                ErrorKind::Server(ServerErrorKind::TryAgain) => tokio::time::sleep(pause(attempt)).await,
+                ErrorKind::Server(ServerErrorKind::ClusterDown | ServerErrorKind::MasterDown) => {
+                    tokio::time::sleep(pause(attempt)).await;
+                    let _ = self.refresh().await;
+                }
+                _ if is_connection_error(&err) => {
+                    tokio::time::sleep(pause(attempt)).await;
+                    let _ = self.refresh().await;
+                }
+                _ => return Err(err),
+            }
+        }
+    }
+
+    /// `ASKING` then `cmd` on one connection: the importing master
+    /// accepts the one command for a slot it does not own yet.
+    async fn asking(&self, addr: &str, cmd: &Cmd) -> RedisResult<Value> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("ASKING").ignore().add_command(cmd.clone());
+        let result = match self.conn(addr).await {
+            Ok(mut conn) => pipe.query_async::<(Value,)>(&mut conn).await.map(|(v,)| v),
+            Err(err) => Err(err),
+        };
+        if result.as_ref().is_err_and(is_connection_error) {
+            self.forget(addr);
+        }
+        result
+    }
+
+    fn set_owner(&self, slot: u16, addr: &str) {
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        let index = match map.nodes.iter().position(|n| n == addr) {
+            Some(i) => i,
+            None => {
+                map.nodes.push(addr.to_string());
+                map.nodes.len() - 1
+            }
+        };
+        if let Some(owner) = map.owners.get_mut(usize::from(slot)) {
+            *owner = Some(index);
+        }
+    }
+}
+
+fn is_script_load(cmd: &Cmd) -> bool {
+    let mut args = cmd.args_iter().filter_map(|a| match a {
+        redis::Arg::Simple(bytes) => Some(bytes.to_ascii_uppercase()),
+        _ => None,
+    });
+    args.next().as_deref() == Some(b"SCRIPT") && args.next().as_deref() == Some(b"LOAD")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_route_by_their_key() {
+        let slot = |c: &Cmd| command_slot(c);
+        assert_eq!(slot(redis::cmd("GET").arg("foo")), Some(12182));
+        assert_eq!(slot(redis::cmd("EVALSHA").arg("abc").arg(2).arg("foo").arg("x")), Some(12182));
+        assert_eq!(slot(redis::cmd("EVALSHA").arg("abc").arg(0)), None);
+        assert_eq!(slot(redis::cmd("MEMORY").arg("USAGE").arg("bar")), Some(5061));
+        assert_eq!(slot(redis::cmd("PUBLISH").arg("chan").arg("m")), None);
+        assert_eq!(slot(&redis::cmd("PING")), None);
+        assert!(is_script_load(redis::cmd("SCRIPT").arg("LOAD").arg("return 1")));
+        assert!(!is_script_load(redis::cmd("SCRIPT").arg("FLUSH")));
+    }
+
+    #[test]
+    fn pauses_grow_to_a_cap() {
+        assert_eq!(pause(1), Duration::from_millis(20));
+        assert_eq!(pause(3), Duration::from_millis(80));
+        assert_eq!(pause(12), MAX_PAUSE);
+        let total: Duration = (1..ATTEMPTS).map(pause).sum();
+        assert!(total >= Duration::from_secs(5), "{total:?}");
+    }
+}

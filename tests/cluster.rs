@@ -1,0 +1,225 @@
+//! Faults a Redis Cluster brings, against a real three-master cluster:
+//! slots moving under a rebuild, a master restarting mid-run, a paused
+//! writer waking up after a take-over, a slot's epoch copy lost. Each
+//! ends by comparing the cache with a fresh full rebuild.
+//!
+//! The shared-assertion tests (rebuild, sweep, verify, purge, watcher)
+//! run on the cluster from their own files; these tests change the
+//! cluster itself, so they run one at a time.
+
+mod common;
+
+use cachewright::plan::{Op, Value};
+use cachewright::progress::Progress;
+use cachewright::rebuild::{RebuildOptions, RunError, rebuild, rebuild_with_retries};
+use cachewright::registry::FamilyId;
+use cachewright::sink::{Lease, Sink, SinkError};
+use common::Setup;
+use std::io::BufRead;
+use std::time::Duration;
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn cluster_config(name: &str) -> cachewright::config::Config {
+    common::config(&common::shared().mongo.uri(), &Setup::Cluster.redis_url(), name)
+}
+
+async fn assert_exact(cfg: &cachewright::config::Config) {
+    let dump = common::dump(&cfg.redis_url, &cfg.prefix).await;
+    let actual = common::render_dump(&dump, &cfg.prefix);
+    let expected = common::expected_render(cfg).await;
+    if actual != expected {
+        let diff = similar::TextDiff::from_lines(&expected, &actual);
+        panic!(
+            "the cache differs from a fresh rebuild (- rebuild, + cache):\n{}",
+            diff.unified_diff().context_radius(1)
+        );
+    }
+}
+
+/// Starts moving `slots` slots from master `from` to master `to`, and
+/// returns once the first slot is on its way.
+fn start_resharding(from: usize, to: usize, slots: usize) -> std::process::Child {
+    let mut child = common::shared_cluster().cluster.lock().unwrap().reshard(from, to, slots);
+    let stdout = child.stdout.take().expect("reshard stdout");
+    let (moving_tx, moving_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut told = false;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if !told && line.starts_with("Moving slot") {
+                let _ = moving_tx.send(());
+                told = true;
+            }
+        }
+    });
+    moving_rx.recv_timeout(Duration::from_secs(60)).expect("redis-cli started moving slots");
+    child
+}
+
+fn finish_resharding(mut child: std::process::Child) {
+    let status = child.wait().expect("reshard ends");
+    assert!(status.success(), "redis-cli --cluster reshard failed");
+    common::shared_cluster().cluster.lock().unwrap().wait_ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_while_thousands_of_slots_move_leaves_the_cache_exact() {
+    let _serial = SERIAL.lock().await;
+    let cfg = cluster_config(&common::unique("reshard"));
+    common::generate(&cfg, 8_000, 31).await;
+    rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.expect("first rebuild");
+    // Stale keys for the sweep to find while their slots move.
+    let mut conn = common::redis_conn(&cfg.redis_url).await;
+    let stale: Vec<String> = (0..200).map(|i| format!("{}video:detail:gone{i}", cfg.prefix)).collect();
+    let mut pipe = redis::pipe();
+    for key in &stale {
+        pipe.cmd("SET").arg(key).arg("{}").ignore();
+    }
+    let _: () = pipe.query_async(&mut conn).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let videos = source.database().collection::<mongodb::bson::Document>("VideoMedia");
+    videos.update_many(mongodb::bson::doc! {}, mongodb::bson::doc! {"$set": {"title": "moved"}}).await.unwrap();
+
+    let reshard = start_resharding(0, 1, 4000);
+    let summary = rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.expect("rebuild while resharding");
+    assert_eq!(summary.deleted_total(), stale.len() as u64, "every stale key found once across moving slots");
+    finish_resharding(reshard);
+    assert_exact(&cfg).await;
+    assert_eq!(common::count_keys(&cfg.redis_url, &format!("{}video:detail:gone*", cfg.prefix)).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_restart_mid_rebuild_is_detected_and_the_run_redone() {
+    let _serial = SERIAL.lock().await;
+    let mut cfg = cluster_config(&common::unique("masterrestart"));
+    cfg.write_batch_ops = 100;
+    common::generate(&cfg, 10_000, 32).await;
+    let run = {
+        let cfg = cfg.clone();
+        tokio::spawn(async move { rebuild_with_retries(&cfg, &RebuildOptions::full(), &Progress::hidden(), 4).await })
+    };
+    let details = format!("{}video:detail:*", cfg.prefix);
+    common::wait_for("the rebuild wrote video details", Duration::from_secs(120), || async {
+        common::count_keys(&cfg.redis_url, &details).await >= 500
+    })
+    .await;
+    // Paused first, so the run cannot finish before the restart; then
+    // killed and started again on its port, empty.
+    {
+        let mut cluster = common::shared_cluster().cluster.lock().unwrap();
+        common::signal(cluster.nodes[1].pid(), "-STOP");
+        cluster.restart(1);
+    }
+    let summary = run.await.unwrap().expect("the rebuild recovers from a master restart");
+    assert!(summary.written_total() > 0);
+    assert_exact(&cfg).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_rebuilder_lands_nothing_after_a_takeover() {
+    let _serial = SERIAL.lock().await;
+    let mut cfg = cluster_config(&common::unique("clusterfence"));
+    cfg.lease_seconds = 2;
+    common::generate(&cfg, 10_000, 33).await;
+    let mut first = common::cachewright(&cfg)
+        .args(["rebuild"])
+        .env("CACHEWRIGHT_WRITE_BATCH_OPS", "100")
+        .spawn()
+        .expect("cachewright starts");
+    let details = format!("{}video:detail:*", cfg.prefix);
+    common::wait_for("the first rebuilder wrote video details", Duration::from_secs(120), || async {
+        common::count_keys(&cfg.redis_url, &details).await >= 500
+    })
+    .await;
+    common::signal(first.id(), "-STOP");
+
+    // MongoDB changes while it is paused; its lease expires; a second
+    // writer takes over and finishes.
+    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let db = source.database();
+    db.collection::<mongodb::bson::Document>("VideoMedia")
+        .update_many(mongodb::bson::doc! {}, mongodb::bson::doc! {"$set": {"title": "second"}})
+        .await
+        .unwrap();
+    let lock = format!("{}lock:rebuild:full", cfg.status_prefix);
+    let mut conn = common::redis_conn(&cfg.redis_url).await;
+    common::wait_for("the paused lease expired", Duration::from_secs(30), || {
+        let (lock, mut conn) = (lock.clone(), conn.clone());
+        async move { redis::cmd("GET").arg(&lock).query_async::<Option<String>>(&mut conn).await.unwrap().is_none() }
+    })
+    .await;
+    let second = loop {
+        match rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await {
+            Err(RunError::Lease(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
+            other => break other,
+        }
+    };
+    second.expect("the second rebuilder finishes");
+    let after_second = common::render_dump(&common::dump(&cfg.redis_url, &cfg.prefix).await, &cfg.prefix);
+
+    // The first wakes up: whatever it still sends is refused slot by slot.
+    common::signal(first.id(), "-CONT");
+    let status = first.wait().unwrap();
+    assert!(!status.success(), "the paused rebuilder must stop on its lost lease");
+    let _: () = redis::cmd("PING").query_async(&mut conn).await.unwrap();
+    let after_first = common::render_dump(&common::dump(&cfg.redis_url, &cfg.prefix).await, &cfg.prefix);
+    assert_eq!(after_first, after_second, "the paused rebuilder wrote or swept after the take-over");
+    assert_exact(&cfg).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_epoch_copy_is_restored_by_the_current_writer_only() {
+    let _serial = SERIAL.lock().await;
+    let cfg = cluster_config(&common::unique("epochcopy"));
+    let status = cachewright::keys::status::StatusKeys::new(cfg.status_prefix.clone());
+    let keys = cachewright::keys::Keys::new(cfg.prefix.clone());
+    let op = |id: &str| Op {
+        key: keys.key(FamilyId::VideoDetail, &[id]),
+        value: Value::String(format!("{{\"id\":\"{id}\"}}")),
+    };
+    let ttl = Duration::from_secs(30);
+
+    let sink = Sink::connect(&cfg).await.unwrap();
+    assert!(sink.is_cluster(), "REDIS_URL points at a cluster node: detected");
+    let lease_a = Lease::acquire(sink.connection(), &status, ttl).await.unwrap();
+    let a = sink.clone().fenced(lease_a.fence()).await.unwrap();
+    a.write(&[op("before")]).await.expect("the leader writes");
+
+    // B takes over (A's lease is gone, as after an expiry).
+    let mut conn = common::redis_conn(&cfg.redis_url).await;
+    let _: () = redis::cmd("DEL").arg(status.rebuild_lock()).query_async(&mut conn).await.unwrap();
+    let lease_b = Lease::acquire(sink.connection(), &status, ttl).await.unwrap();
+    assert!(lease_b.fence().epoch() > lease_a.fence().epoch());
+    let b = sink.clone().fenced(lease_b.fence()).await.unwrap();
+    // Every slot's copy now holds B's epoch.
+    for slot in [0u16, 4321, 16383] {
+        let copy: String = redis::cmd("GET")
+            .arg(cachewright::sink::cluster::epoch_copy_key(&cfg.status_prefix, slot))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(copy, lease_b.fence().epoch().to_string());
+    }
+
+    // The slot of `lost` forgets its copy, as a master restarted empty
+    // would. The old writer cannot restore it: refused.
+    let lost = op("lost");
+    let slot = cachewright::sink::cluster::slot(lost.key.text.as_bytes());
+    let copy_key = cachewright::sink::cluster::epoch_copy_key(&cfg.status_prefix, slot);
+    let _: () = redis::cmd("DEL").arg(&copy_key).query_async(&mut conn).await.unwrap();
+    let err = a.write(std::slice::from_ref(&lost)).await.unwrap_err();
+    assert!(matches!(err, SinkError::Fenced { .. }), "{err}");
+    let exists: bool = redis::cmd("EXISTS").arg(&lost.key.text).query_async(&mut conn).await.unwrap();
+    assert!(!exists, "the old writer landed a write");
+    // Nor anywhere else, now that it knows.
+    assert!(matches!(a.write(&[op("other")]).await.unwrap_err(), SinkError::LeaseLost));
+
+    // The current writer restores the copy and writes.
+    b.write(std::slice::from_ref(&lost)).await.expect("the leader repairs the copy");
+    let copy: String = redis::cmd("GET").arg(&copy_key).query_async(&mut conn).await.unwrap();
+    assert_eq!(copy, lease_b.fence().epoch().to_string());
+    let exists: bool = redis::cmd("EXISTS").arg(&lost.key.text).query_async(&mut conn).await.unwrap();
+    assert!(exists);
+    lease_b.release().await;
+    drop(lease_a);
+}

@@ -15,7 +15,6 @@ use cachewright::rebuild::{RebuildOptions, RunError, rebuild, rebuild_with_retri
 use cachewright::registry::FamilyId;
 use cachewright::sink::{Lease, Sink, SinkError};
 use common::Setup;
-use std::io::BufRead;
 use std::time::Duration;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -37,31 +36,6 @@ async fn assert_exact(cfg: &cachewright::config::Config) {
     }
 }
 
-/// Starts moving `slots` slots from master `from` to master `to`, and
-/// returns once the first slot is on its way.
-fn start_resharding(from: usize, to: usize, slots: usize) -> std::process::Child {
-    let mut child = common::shared_cluster().cluster.lock().unwrap().reshard(from, to, slots);
-    let stdout = child.stdout.take().expect("reshard stdout");
-    let (moving_tx, moving_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut told = false;
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-            if !told && line.starts_with("Moving slot") {
-                let _ = moving_tx.send(());
-                told = true;
-            }
-        }
-    });
-    moving_rx.recv_timeout(Duration::from_secs(60)).expect("redis-cli started moving slots");
-    child
-}
-
-fn finish_resharding(mut child: std::process::Child) {
-    let status = child.wait().expect("reshard ends");
-    assert!(status.success(), "redis-cli --cluster reshard failed");
-    common::shared_cluster().cluster.lock().unwrap().wait_ok();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuild_while_thousands_of_slots_move_leaves_the_cache_exact() {
     let _serial = SERIAL.lock().await;
@@ -80,10 +54,10 @@ async fn a_rebuild_while_thousands_of_slots_move_leaves_the_cache_exact() {
     let videos = source.database().collection::<mongodb::bson::Document>("VideoMedia");
     videos.update_many(mongodb::bson::doc! {}, mongodb::bson::doc! {"$set": {"title": "moved"}}).await.unwrap();
 
-    let reshard = start_resharding(0, 1, 4000);
+    let reshard = common::start_resharding(0, 1, 4000);
     let summary = rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.expect("rebuild while resharding");
     assert_eq!(summary.deleted_total(), stale.len() as u64, "every stale key found once across moving slots");
-    finish_resharding(reshard);
+    common::finish_resharding(reshard);
     assert_exact(&cfg).await;
     assert_eq!(common::count_keys(&cfg.redis_url, &format!("{}video:detail:gone*", cfg.prefix)).await, 0);
 }
@@ -222,4 +196,101 @@ async fn a_lost_epoch_copy_is_restored_by_the_current_writer_only() {
     assert!(exists);
     lease_b.release().await;
     drop(lease_a);
+}
+
+/// Runs the `cachewright` binary on `cfg` with `args`: its exit code and
+/// standard output.
+fn run(cfg: &cachewright::config::Config, args: &[&str]) -> (Option<i32>, String) {
+    let out = common::cachewright(cfg).args(args).stdout(std::process::Stdio::piped()).output().expect("cachewright runs");
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_works_on_a_cluster() {
+    let _serial = SERIAL.lock().await;
+    let cfg = cluster_config(&common::unique("commands"));
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+
+    // migrate (dry run, then for real: it rebuilds and verifies), rebuild,
+    // verify, memory, status.
+    assert_eq!(run(&cfg, &["migrate", "--dry-run"]).0, Some(0));
+    assert_eq!(run(&cfg, &["migrate"]).0, Some(0), "migrate rebuilds and verifies on the cluster");
+    assert_eq!(run(&cfg, &["rebuild"]).0, Some(0));
+    assert_exact(&cfg).await;
+    let (code, verify) = run(&cfg, &["verify"]);
+    assert_eq!(code, Some(0), "{verify}");
+    let (code, memory) = run(&cfg, &["memory"]);
+    assert_eq!(code, Some(0));
+    assert!(memory.contains("video:detail"), "{memory}");
+    let (code, status) = run(&cfg, &["status"]);
+    assert_eq!(code, Some(0));
+    assert!(status.contains("completed"), "{status}");
+
+    // serve: leads, watches, answers ready, and its scrape reads the
+    // masters' memory.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = {
+        let cfg = cfg.clone();
+        let opts = cachewright::serve::ServeOptions {
+            // A full rebuild every half hour, within every tier TTL.
+            schedules: cachewright::serve::schedule::parse(
+                "[[schedule]]\nname = \"full\"\ncron = \"0 */30 * * * *\"\njob = \"rebuild\"\n",
+            )
+            .unwrap(),
+            watch: true,
+            window: Duration::from_millis(50),
+            http: Default::default(),
+        };
+        tokio::spawn(async move {
+            cachewright::serve::run(&cfg, opts, listener, async {
+                let _ = stopped.await;
+            })
+            .await
+        })
+    };
+    let mut server = server;
+    let ready = async {
+        while common::http_get(addr, "/health/ready").await.0 != 200 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        ended = &mut server => panic!("serve ended before it was ready: {:?}", ended.unwrap().err()),
+        _ = tokio::time::timeout(Duration::from_secs(60), ready) => {}
+    }
+    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    source
+        .database()
+        .collection::<mongodb::bson::Document>("Category")
+        .update_one(mongodb::bson::doc! {"_id": "c1"}, mongodb::bson::doc! {"$set": {"name": "Renamed on a cluster"}})
+        .await
+        .unwrap();
+    let key = format!("{}category:by-id:c1", cfg.prefix);
+    let conn = common::redis_conn(&cfg.redis_url).await;
+    common::wait_for("the watcher applied the rename", Duration::from_secs(30), || {
+        let (key, mut conn) = (key.clone(), conn.clone());
+        async move {
+            let value: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut conn).await.unwrap();
+            value.is_some_and(|v| v.contains("Renamed on a cluster"))
+        }
+    })
+    .await;
+    let (code, metrics) = common::http_get(addr, "/metrics").await;
+    assert_eq!(code, 200);
+    let used: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("cachewright_redis_used_memory_bytes "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no used memory in the scrape:\n{metrics}"));
+    assert!(used > 0.0);
+    let _ = stop.send(());
+    server.await.unwrap().expect("serve stops cleanly");
+    assert_exact(&cfg).await;
+
+    // purge of the whole prefix (run under another active prefix).
+    let other = cachewright::config::Config { prefix: format!("{}new:", cfg.prefix), ..cfg.clone() };
+    assert_eq!(run(&other, &["purge", "--prefix", &cfg.prefix]).0, Some(0));
+    assert_eq!(common::count_keys(&cfg.redis_url, &format!("{}*", cfg.prefix)).await, 0);
 }

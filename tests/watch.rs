@@ -306,6 +306,31 @@ async fn random_changes_equal_a_full_rebuild(setup: Setup, seeds: std::ops::Rang
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watcher_on_a_cluster_misses_nothing_while_thousands_of_slots_move() {
+    let _serial = SERIAL.lock().await;
+    let s = common::shared();
+    let url = Setup::Cluster.redis_url();
+    let name = common::unique("watchreshard");
+    let prefix = format!("w{name}");
+    let cfg = config(&s.mongo.uri(), &url, &name, &prefix);
+    let mut d = data(&cfg, 77).await;
+    d.seed().await;
+    let watcher = start_streaming(&cfg).await;
+    // Changes keep coming for as long as the slots move, and at least 200.
+    let mut reshard = common::start_resharding(1, 2, 4000);
+    let mut changes = 0;
+    while changes < 200 || reshard.try_wait().expect("reshard runs").is_none() {
+        d.change().await;
+        changes += 1;
+    }
+    common::finish_resharding(reshard);
+    d.settle(&url, &prefix).await;
+    let metrics = watcher.stop().await;
+    assert!(metrics.total_applied() >= 100, "{} events", metrics.total_applied());
+    assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 77).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_watcher_resumes_and_misses_nothing() {
     let _serial = SERIAL.lock().await;
     let s = common::shared();

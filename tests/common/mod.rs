@@ -332,3 +332,29 @@ pub async fn count_keys(url: &str, pattern: &str) -> usize {
     }
     count
 }
+
+/// Starts moving `slots` slots from master `from` to master `to`, and
+/// returns once the first slot is on its way.
+pub fn start_resharding(from: usize, to: usize, slots: usize) -> std::process::Child {
+    let mut child = shared_cluster().cluster.lock().unwrap().reshard(from, to, slots);
+    let stdout = child.stdout.take().expect("reshard stdout");
+    let (moving_tx, moving_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut told = false;
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+            if !told && line.starts_with("Moving slot") {
+                let _ = moving_tx.send(());
+                told = true;
+            }
+        }
+    });
+    moving_rx.recv_timeout(std::time::Duration::from_secs(60)).expect("redis-cli started moving slots");
+    child
+}
+
+pub fn finish_resharding(mut child: std::process::Child) {
+    let status = child.wait().expect("reshard ends");
+    assert!(status.success(), "redis-cli --cluster reshard failed");
+    shared_cluster().cluster.lock().unwrap().wait_ok();
+}
+

@@ -201,7 +201,8 @@ async fn a_lost_epoch_copy_is_restored_by_the_current_writer_only() {
 /// Runs the `cachewright` binary on `cfg` with `args`: its exit code and
 /// standard output.
 fn run(cfg: &cachewright::config::Config, args: &[&str]) -> (Option<i32>, String) {
-    let out = common::cachewright(cfg).args(args).stdout(std::process::Stdio::piped()).output().expect("cachewright runs");
+    let out =
+        common::cachewright(cfg).args(args).stdout(std::process::Stdio::piped()).output().expect("cachewright runs");
     (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
 }
 

@@ -24,7 +24,8 @@ pub enum Access {
 
 /// The commands every cachewright connection may send: reads, `SCAN`
 /// for the sweep, `INFO` for memory and restarts, `MEMORY USAGE` for
-/// `memory`.
+/// `memory`; on a Redis Cluster, the slot map (`CLUSTER SLOTS`), moving
+/// slots (`CLUSTER NODES`) and `ASKING` to follow a slot being moved.
 const READ: &[&str] = &[
     "ping",
     "echo",
@@ -44,6 +45,9 @@ const READ: &[&str] = &[
     "unsubscribe",
     "punsubscribe",
     "select",
+    "cluster|slots",
+    "cluster|nodes",
+    "asking",
 ];
 
 /// What writers add: the replaces of the contract's key types inside
@@ -227,9 +231,10 @@ mod tests {
         let probed: Vec<String> = probes(&cfg, Access::Write).iter().map(|p| p.args[0].to_lowercase()).collect();
         for c in WRITE.iter().chain(READ) {
             let base = c.split('|').next().unwrap();
-            let unprobeable = ["multi", "exec", "discard", "watch", "unwatch", "script", "echo", "exists"]
-                .contains(&base)
-                || ["subscribe", "psubscribe", "unsubscribe", "punsubscribe", "select"].contains(&base);
+            let unprobeable =
+                ["multi", "exec", "discard", "watch", "unwatch", "script", "echo", "exists", "cluster", "asking"]
+                    .contains(&base)
+                    || ["subscribe", "psubscribe", "unsubscribe", "punsubscribe", "select"].contains(&base);
             assert!(unprobeable || probed.iter().any(|p| p == base), "{c} has no probe");
         }
     }

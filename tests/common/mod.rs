@@ -357,4 +357,3 @@ pub fn finish_resharding(mut child: std::process::Child) {
     assert!(status.success(), "redis-cli --cluster reshard failed");
     shared_cluster().cluster.lock().unwrap().wait_ok();
 }
-

@@ -1,70 +1,105 @@
 #!/usr/bin/env bash
 # Benchmark of the full rebuild against reading and writing alone.
-#   scripts/bench.sh [VIDEOS] [SEED]      (default 58000 videos, seed 1)
-# Starts its own Redis and SecantusDB on ports 16379 / 27117 so that no
-# other data is touched, generates a fresh data set, then measures:
+#   scripts/bench.sh [VIDEOS] [SEED] [single|cluster]
+#                                         (default 58000 videos, seed 1, single)
+# Starts its own Redis (one node on 16379, or a 3-master Redis Cluster on
+# 17001-17003) and SecantusDB on 27117 so that no other data is touched,
+# generates a fresh data set, then measures:
+#   (p) the physical write limit: the rebuild's final state as plain
+#       commands, `redis-cli --pipe` per master, all masters in parallel;
 #   (a) reading the four collections with the driver, no processing;
-#   (b) writing the rebuild's final keys with pipelining, no reading or
-#       planning (the ops are planned first, untimed, then replayed);
+#   (b) writing the rebuild's final keys through cachewright's sink, no
+#       reading or planning (the ops are planned first, untimed);
 #   (c) a full rebuild into an empty Redis: wall time, CPU time, peak RSS.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 VIDEOS="${1:-58000}"
 SEED="${2:-1}"
-REDIS_PORT=16379
+SETUP="${3:-single}"
 MONGO_PORT=27117
 RUN_DIR="$ROOT/target/bench-servers"
 ensure_redis
 ensure_secantus
-start_redis "$REDIS_PORT"
+case "$SETUP" in
+  single) PORTS=(16379) ;;
+  cluster) PORTS=(17001 17002 17003) ;;
+  *) die "setup must be single or cluster, not $SETUP" ;;
+esac
+REDIS_PORT=${PORTS[0]}
+if [ "$SETUP" = single ]; then
+  start_redis "$REDIS_PORT"
+else
+  start_cluster "${PORTS[@]}"
+fi
 start_mongo "$MONGO_PORT"
 cargo build --release --quiet --features dev --bin cachewright --bin cachewright-dev
 BIN="$ROOT/target/release/cachewright"
 # The benchmark's own servers and database: replacing them needs no asking.
 DEV=("$ROOT/target/release/cachewright-dev")
-OUT="$ROOT/target/bench-$VIDEOS"
+OUT="$ROOT/target/bench-$VIDEOS-$SETUP"
 mkdir -p "$OUT"
 export MONGODB_URI="mongodb://127.0.0.1:$MONGO_PORT/?directConnection=true"
 export MONGODB_DB="bench"
 export REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
 export CACHEWRIGHT_PREFIX="app:"
-flush() { redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null; }
+flush() { for p in "${PORTS[@]}"; do redis-cli -p "$p" FLUSHALL >/dev/null; done; }
 
 say "generating $VIDEOS videos (seed $SEED)"
 "${DEV[@]}" fixtures generate --yes --videos "$VIDEOS" --seed "$SEED" 2>"$OUT/generate.log"
 flush
 say "(a) read only and (b) write only"
-"${DEV[@]}" bench --yes --out "$OUT/parts.json" 2>"$OUT/bench.log"
+rm -rf "$OUT/resp"
+"${DEV[@]}" bench --yes --resp-dir "$OUT/resp" --out "$OUT/parts.json" 2>"$OUT/bench.log"
 flush
-# Readers: one client doing GETs of a small key, idle and during a rebuild.
-reader() { redis-benchmark -p "$REDIS_PORT" -c 1 -n "$1" -t get >"$2" 2>&1; }
+say "(p) physical limit: redis-cli --pipe of the final state, per master, in parallel"
+start=$(date +%s.%N)
+for f in "$OUT"/resp/*.resp; do
+  port=$(basename "$f" .resp); port=${port##*_}
+  redis-cli -p "$port" --pipe <"$f" >"$OUT/pipe-$port.txt" 2>&1 &
+done
+wait
+end=$(date +%s.%N)
+python3 -c "import json,sys; json.dump({'pipe_seconds': $end - $start}, open('$OUT/pipe.json','w'))"
+grep -h "errors" "$OUT"/pipe-*.txt | grep -v "errors: 0," && die "redis-cli --pipe reported errors"
+flush
+# Readers: one client doing GETs of a small key (on the master that owns
+# it), idle and during a rebuild.
+READER_PORT=$(reader_port bench:reader "${PORTS[@]}")
+reader() { redis-benchmark -p "$READER_PORT" -c 1 -n "$1" -t get >"$2" 2>&1; }
 cli() { redis-cli -p "$REDIS_PORT" "$@"; }
+# What a writer's atomic unit is: MULTI/EXEC on one node, a per-slot
+# script on a cluster. Its latency histogram over every master.
+UNIT=exec; [ "$SETUP" = cluster ] && UNIT=evalsha
+resetstat() { for p in "${PORTS[@]}"; do redis-cli -p "$p" CONFIG RESETSTAT >/dev/null; done; }
+histogram() { for p in "${PORTS[@]}"; do redis-cli -p "$p" LATENCY HISTOGRAM "$UNIT"; done >"$1"; }
 say "(c) full rebuild into an empty Redis"
-cli CONFIG RESETSTAT >/dev/null
+resetstat
 "$BIN" rebuild --summary-json "$OUT/rebuild.json" >"$OUT/rebuild.txt" 2>"$OUT/rebuild.log"
-cli LATENCY HISTOGRAM exec >"$OUT/exec-empty.txt"
+histogram "$OUT/exec-empty.txt"
 say "(c') full rebuild again, over its own keys (sweep path), with a reader"
-cli SET bench:reader value >/dev/null
+redis-cli -p "$READER_PORT" SET bench:reader value >/dev/null
 reader 20000 "$OUT/reader-idle.txt"
-cli CONFIG RESETSTAT >/dev/null
+resetstat
 reader 40000 "$OUT/reader-busy.txt" &
 "$BIN" rebuild --summary-json "$OUT/rebuild-warm.json" >"$OUT/rebuild-warm.txt" 2>"$OUT/rebuild-warm.log"
 wait
-cli LATENCY HISTOGRAM exec >"$OUT/exec-warm.txt"
+histogram "$OUT/exec-warm.txt"
 
 say "watcher: latency at 1,000 updates/s, then the sustained apply rate"
 flush
 "${DEV[@]}" bench --yes --watch --rate 1000 --seconds 10 --out "$OUT/watch.json" 2>"$OUT/watch.log"
 
-python3 - "$OUT" "$VIDEOS" <<'PY'
+python3 - "$OUT" "$VIDEOS" "$SETUP" "$UNIT" <<'PY'
 import json, sys
-out, videos = sys.argv[1], sys.argv[2]
+out, videos, setup, unit = sys.argv[1:5]
 p = json.load(open(f"{out}/parts.json"))
+pipe = json.load(open(f"{out}/pipe.json"))["pipe_seconds"]
 c = json.load(open(f"{out}/rebuild.json"))
 w = json.load(open(f"{out}/rebuild-warm.json"))
 a, b, cw = p["read_seconds"], p["write_seconds"], c["duration_seconds"]
 mib = lambda x: f"{x / 1048576:.1f} MiB"
-print(f"benchmark: {videos} videos, {p['documents']} documents, {p['ops']} keys")
+print(f"benchmark: {videos} videos, {p['documents']} documents, {p['ops']} keys, setup {setup}")
+print(f"(p) physical write limit       {pipe:8.2f} s (redis-cli --pipe per master, in parallel)")
 print(f"(a) read only                  {a:8.2f} s")
 print(f"(b) write only                 {b:8.2f} s")
 print(f"    planning alone             {p['plan_wall_seconds']:8.2f} s wall, {p['plan_cpu_seconds']:.2f} s CPU")
@@ -72,20 +107,34 @@ print(f"(c) full rebuild, empty Redis  {cw:8.2f} s wall, {c['cpu_seconds']:.2f} 
 print(f"(c') full rebuild, warm        {w['duration_seconds']:8.2f} s wall, {w['cpu_seconds']:.2f} s CPU, peak RSS {mib(w['peak_rss_bytes'])}")
 print(f"c / max(a, b)                  {cw / max(a, b):8.2f}")
 print(f"c / (a + b)                    {cw / (a + b):8.2f}")
+print(f"c / max(a, p)                  {cw / max(a, pipe):8.2f}")
 print(f"redis used_memory after        {mib(c['used_memory_after'])}")
 def exec_p99(path):
-    # redis-cli prints: exec, calls, N, histogram_usec, then bucket/cumulative pairs.
+    # redis-cli prints, per master: the command, calls, N, histogram_usec,
+    # then bucket/cumulative pairs. Buckets are merged over the masters.
     words = open(path).read().split()
-    calls = int(words[words.index("calls") + 1])
-    pairs = words[words.index("histogram_usec") + 1:]
-    for bucket, count in zip(pairs[::2], pairs[1::2]):
-        if int(count) >= 0.99 * calls:
-            return f"<= {int(bucket) / 1000:.2f} ms over {calls} transactions"
+    calls, buckets = 0, {}
+    for i, w in enumerate(words):
+        if w != "calls":
+            continue
+        calls += int(words[i + 1])
+        j = words.index("histogram_usec", i) + 1
+        prev = 0
+        while j + 1 < len(words) and words[j].isdigit() and words[j + 1].isdigit():
+            bucket, cum = int(words[j]), int(words[j + 1])
+            buckets[bucket] = buckets.get(bucket, 0) + cum - prev
+            prev = cum
+            j += 2
+    seen = 0
+    for bucket in sorted(buckets):
+        seen += buckets[bucket]
+        if seen >= 0.99 * calls:
+            return f"<= {bucket / 1000:.2f} ms over {calls} {'transactions' if unit == 'exec' else 'slot scripts'}"
 def reader(path, q):
     for line in open(path):
         if "% <=" in line and float(line.split("%")[0]) >= q:
             return float(line.split()[2])
-print(f"EXEC p99 (LATENCY HISTOGRAM)   empty: {exec_p99(f'{out}/exec-empty.txt')}; warm: {exec_p99(f'{out}/exec-warm.txt')}")
+print(f"{unit.upper()} p99 (LATENCY HISTOGRAM) empty: {exec_p99(f'{out}/exec-empty.txt')}; warm: {exec_p99(f'{out}/exec-warm.txt')}")
 for name in ["idle", "busy"]:
     f = f"{out}/reader-{name}.txt"
     label = "idle" if name == "idle" else "during warm rebuild"

@@ -81,6 +81,43 @@ start_mongo() {
   wait_port "$port" secantusd-rs
 }
 
+# Starts a Redis Cluster of masters on the given ports (no replicas)
+# unless the first already runs one.
+start_cluster() {
+  local port
+  if port_open "$1" && redis-cli -p "$1" CLUSTER INFO 2>/dev/null | grep -q "cluster_state:ok"; then
+    say "a Redis Cluster already runs on $*"; return
+  fi
+  for port in "$@"; do
+    port_open "$port" && die "port $port is taken by something that is not this benchmark's cluster"
+    mkdir -p "$RUN_DIR/cluster-$port"
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+      --cluster-enabled yes --cluster-config-file nodes.conf --cluster-port $((port + 100)) \
+      --dir "$RUN_DIR/cluster-$port" \
+      --daemonize yes --pidfile "$RUN_DIR/redis-$port.pid" --logfile "$RUN_DIR/redis-$port.log" \
+      || die "redis-server failed to start; see $RUN_DIR/redis-$port.log"
+    wait_port "$port" redis-server
+  done
+  say "creating a Redis Cluster of $# masters"
+  redis-cli --cluster create $(printf '127.0.0.1:%s ' "$@") --cluster-replicas 0 --cluster-yes >"$RUN_DIR/cluster-create.log" \
+    || die "redis-cli --cluster create failed; see $RUN_DIR/cluster-create.log"
+  for _ in $(seq 100); do
+    redis-cli -p "$1" CLUSTER INFO | grep -q "cluster_state:ok" && return
+    sleep 0.1
+  done
+  die "the Redis Cluster on $* did not become ok"
+}
+
+# The port (of those given) whose node owns key $1.
+reader_port() {
+  local key=$1 port; shift
+  for port in "$@"; do
+    local reply; reply=$(redis-cli -p "$port" GET "$key" 2>&1)
+    case "$reply" in MOVED*|ASK*) ;; *) echo "$port"; return ;; esac
+  done
+  echo "$1"
+}
+
 stop_servers() {
   local f
   for f in "$RUN_DIR"/*.pid; do

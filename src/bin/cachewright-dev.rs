@@ -98,6 +98,10 @@ struct BenchArgs {
     /// Seconds per phase
     #[arg(long, default_value_t = 10)]
     seconds: u64,
+    /// Also write the final state as plain commands, one `host_port.resp`
+    /// file per master, for `redis-cli --pipe` (the physical write limit)
+    #[arg(long, value_name = "DIR")]
+    resp_dir: Option<PathBuf>,
 }
 
 const EXIT_REFUSED: u8 = 4;
@@ -196,7 +200,7 @@ async fn bench(cfg: &cachewright::config::Config, args: &BenchArgs) -> DevResult
     let json = if args.watch {
         serde_json::to_string_pretty(&dev::bench_watch::run(cfg, args.rate.max(1), args.seconds.max(1)).await?)?
     } else {
-        serde_json::to_string_pretty(&dev::bench::run(cfg).await?)?
+        serde_json::to_string_pretty(&dev::bench::run(cfg, args.resp_dir.as_deref()).await?)?
     };
     match &args.out {
         Some(path) => std::fs::write(path, json).map_err(|e| format!("cannot write {}: {e}", path.display()))?,

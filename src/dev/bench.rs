@@ -23,7 +23,40 @@ pub struct BenchReport {
     pub keys_per_family: BTreeMap<String, u64>,
 }
 
-pub async fn run(cfg: &Config) -> super::DevResult<BenchReport> {
+/// Writes the final state as plain commands (RESP), one file per master
+/// (`host_port.resp`; a single Redis is one master), for the physical
+/// write limit: `redis-cli --pipe` of each file, all in parallel.
+async fn write_resp(cfg: &Config, sink: &Sink, ops: &[crate::plan::Op], dir: &std::path::Path) -> super::DevResult<()> {
+    use std::io::Write;
+    let owners: Vec<(u16, u16, String)> = if sink.is_cluster() {
+        let mut conn = sink.connection();
+        let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn).await?;
+        crate::sink::cluster::slot_ranges(&reply, "127.0.0.1").ok_or("unreadable CLUSTER SLOTS reply")?
+    } else {
+        let addr = cfg.redis_url.rsplit('@').next().unwrap_or("").trim_start_matches("redis://").to_string();
+        vec![(0, crate::sink::cluster::SLOTS as u16 - 1, addr)]
+    };
+    std::fs::create_dir_all(dir)?;
+    let mut files: BTreeMap<String, std::io::BufWriter<std::fs::File>> = BTreeMap::new();
+    for op in ops {
+        let slot = crate::sink::cluster::slot(op.key.text.as_bytes());
+        let owner = &owners.iter().find(|(a, b, _)| (*a..=*b).contains(&slot)).ok_or("slot not covered")?.2;
+        if !files.contains_key(owner) {
+            let path = dir.join(format!("{}.resp", owner.replace(':', "_")));
+            files.insert(owner.clone(), std::io::BufWriter::new(std::fs::File::create(path)?));
+        }
+        let file = files.get_mut(owner).ok_or("file")?;
+        let commands =
+            crate::sink::build_commands(std::slice::from_ref(op), &cfg.ttl, cfg.ttl_jitter, rand::random::<f64>);
+        file.write_all(&commands.get_packed_pipeline())?;
+    }
+    for (_, mut file) in files {
+        file.flush()?;
+    }
+    Ok(())
+}
+
+pub async fn run(cfg: &Config, resp_dir: Option<&std::path::Path>) -> super::DevResult<BenchReport> {
     let source = Source::connect(cfg).await?;
     let sink = Sink::connect(cfg).await?;
 
@@ -43,6 +76,10 @@ pub async fn run(cfg: &Config) -> super::DevResult<BenchReport> {
             .await?;
     let plan_wall_seconds = plan_started.elapsed().as_secs_f64();
     let plan_cpu_seconds = (crate::usage::cpu_time() - cpu_before).as_secs_f64();
+
+    if let Some(dir) = resp_dir {
+        write_resp(cfg, &sink, &ops, dir).await?;
+    }
 
     // (b) Write only: replay the final ops through the same sink.
     let mut keys_per_family = BTreeMap::new();

@@ -20,7 +20,7 @@ pub use acl::Access;
 pub use conn::RedisConn;
 pub use inspect::{Inspected, Observed};
 pub use lease::{Fence, Lease, LeaseError};
-pub use pipeline::{build_change_pipeline, build_pipeline, ttl_with_jitter};
+pub use pipeline::{build_change_pipeline, build_commands, build_pipeline, ttl_with_jitter};
 pub use retry::RetryPolicy;
 pub use state::info_value;
 pub use sweep::{Existing, Produced, Stale, SweepOutcome, digest, stale};

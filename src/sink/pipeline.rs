@@ -21,6 +21,14 @@ pub fn build_pipeline(ops: &[Op], ttl: &TierSeconds, jitter: f64, uniform: impl 
     pipe
 }
 
+/// The same commands as [`build_pipeline`] without `MULTI`/`EXEC`: what
+/// the benchmark replays with `redis-cli --pipe` as the physical limit.
+pub fn build_commands(ops: &[Op], ttl: &TierSeconds, jitter: f64, uniform: impl FnMut() -> f64) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    add_ops(&mut pipe, ops, ttl, jitter, uniform);
+    pipe
+}
+
 /// Builds one MULTI/EXEC pipeline for the watcher's incremental changes:
 /// whole replacements and deletions, all applied at once.
 pub fn build_change_pipeline(

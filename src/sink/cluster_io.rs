@@ -218,9 +218,48 @@ impl Sink {
     }
 
     /// Raises the epoch's copy in all 16384 slots to `fence`'s epoch,
-    /// before the new writer's first write.
+    /// before the new writer's first write: one pipeline per master, the
+    /// masters in parallel; a slot that moved meanwhile (or any other
+    /// refusal) is then raised on its own, following the cluster.
     pub(super) async fn raise_epoch_copies(&self, fence: &Fence) -> Result<(), SinkError> {
-        futures::stream::iter(0..cluster::SLOTS as u16)
+        let RedisConn::Cluster(router) = &self.conn else { return Ok(()) };
+        // Both scripts on every master (SCRIPT LOAD goes to each), so the
+        // first writes find them.
+        let mut conn = self.conn.clone();
+        for script in [RAISE_SCRIPT, WRITE_SCRIPT] {
+            redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(script)
+                .query_async::<String>(&mut conn)
+                .await
+                .map_err(|source| SinkError::Write { attempts: 1, source })?;
+        }
+        let epoch = fence.epoch.to_string();
+        let by_master = router.slots_by_master().into_iter().map(|(addr, slots)| {
+            let epoch = &epoch;
+            async move {
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors();
+                for slot in &slots {
+                    pipe.cmd("EVALSHA")
+                        .arg(&*RAISE_SHA)
+                        .arg(1)
+                        .arg(cluster::epoch_copy_key(&self.status_prefix, *slot))
+                        .arg(epoch);
+                }
+                match router.pipeline_on_node(&addr, &pipe).await {
+                    Ok(replies) => slots
+                        .into_iter()
+                        .zip(replies)
+                        .filter(|(_, reply)| matches!(reply, redis::Value::ServerError(_)))
+                        .map(|(slot, _)| slot)
+                        .collect(),
+                    Err(_) => slots,
+                }
+            }
+        });
+        let left: Vec<u16> = futures::future::join_all(by_master).await.into_iter().flatten().collect();
+        futures::stream::iter(left)
             .map(|slot| self.raise_copy(fence.epoch, slot))
             .buffer_unordered(PARTS_IN_FLIGHT)
             .try_collect::<Vec<()>>()

@@ -41,8 +41,9 @@ impl ConnectionLike for RedisConn {
     }
 
     /// A plain (non-atomic) pipeline over keys of many slots cannot go to
-    /// one node of a cluster: its commands are sent one by one, each to
-    /// its key's master, many at once, and the replies kept in order.
+    /// one node of a cluster: its commands are sent each to its key's
+    /// master, slots concurrently and one slot's commands in order, and
+    /// the replies kept in the pipeline's order.
     /// Atomic pipelines never come here on a cluster: writes go through
     /// [`super::Sink::send`], which cuts them by slot.
     fn req_packed_commands<'a>(
@@ -76,14 +77,30 @@ impl ConnectionLike for RedisConn {
 
 async fn spread(router: Arc<Router>, pipeline: &Pipeline) -> redis::RedisResult<Vec<Value>> {
     use futures::{StreamExt, TryStreamExt};
-    // Owned commands: the stream's futures outlive no borrow.
-    let commands: Vec<Cmd> = pipeline.cmd_iter().cloned().collect();
-    futures::stream::iter(commands)
-        .map(move |cmd| {
+    // Commands on one slot keep their order (a `DEL` then a `SET` of one
+    // key must not swap); slots run concurrently. Owned commands: the
+    // stream's futures outlive no borrow.
+    let mut by_slot: indexmap::IndexMap<Option<u16>, Vec<(usize, Cmd)>> = indexmap::IndexMap::new();
+    for (i, cmd) in pipeline.cmd_iter().enumerate() {
+        by_slot.entry(super::router::command_slot(cmd)).or_default().push((i, cmd.clone()));
+    }
+    let answered: Vec<Vec<(usize, Value)>> = futures::stream::iter(by_slot.into_values())
+        .map(move |commands| {
             let router = router.clone();
-            async move { router.request(&cmd).await }
+            async move {
+                let mut replies = Vec::with_capacity(commands.len());
+                for (i, cmd) in commands {
+                    replies.push((i, router.request(&cmd).await?));
+                }
+                Ok::<_, redis::RedisError>(replies)
+            }
         })
-        .buffered(SPREAD)
+        .buffer_unordered(SPREAD)
         .try_collect()
-        .await
+        .await?;
+    let mut replies = vec![Value::Nil; pipeline.len()];
+    for (i, value) in answered.into_iter().flatten() {
+        replies[i] = value;
+    }
+    Ok(replies)
 }

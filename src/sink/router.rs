@@ -49,7 +49,7 @@ pub struct Router {
 }
 
 /// The slot a command's key hashes to; `None` for commands without a key.
-fn command_slot(cmd: &Cmd) -> Option<u16> {
+pub(super) fn command_slot(cmd: &Cmd) -> Option<u16> {
     let args: Vec<&[u8]> = cmd
         .args_iter()
         .filter_map(|a| match a {
@@ -195,6 +195,32 @@ impl Router {
         let mut nodes = self.map.read().unwrap_or_else(|e| e.into_inner()).nodes.clone();
         nodes.sort();
         nodes
+    }
+
+    /// Every master with the slots it owns, by the current map.
+    pub fn slots_by_master(&self) -> Vec<(String, Vec<u16>)> {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<(String, Vec<u16>)> = map.nodes.iter().map(|n| (n.clone(), Vec::new())).collect();
+        for (slot, owner) in map.owners.iter().enumerate() {
+            if let Some(i) = owner {
+                out[*i].1.push(slot as u16);
+            }
+        }
+        out.retain(|(_, slots)| !slots.is_empty());
+        out
+    }
+
+    /// Sends a plain pipeline to the node at `addr` in one round trip;
+    /// each command's error comes back as its reply.
+    pub async fn pipeline_on_node(&self, addr: &str, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
+        let result = match self.conn(addr).await {
+            Ok(mut conn) => pipe.query_async::<Vec<Value>>(&mut conn).await,
+            Err(err) => Err(err),
+        };
+        if result.as_ref().is_err_and(is_connection_error) {
+            self.forget(addr);
+        }
+        result
     }
 
     /// Sends `cmd` to the node at `addr`, once.

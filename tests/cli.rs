@@ -208,6 +208,8 @@ fn every_setting_works_as_flag_environment_and_file_key() {
             "ttl_jitter" | "sweep_max_share" => "0.25",
             "tag_search_lengths" => "4",
             "mongodb_db" | "redis_password" => "other",
+            "redis_cluster" => "true",
+            "redis_cluster_nodes" => "10.0.0.2:6379,10.0.0.3:6379",
             f if f.starts_with("collection_") => "Renamed",
             _ => "17",
         };
@@ -221,7 +223,8 @@ fn every_setting_works_as_flag_environment_and_file_key() {
             | "write_batch_ops"
             | "write_concurrency"
             | "lease_seconds"
-            | "watch_max_lag_seconds" => value.to_string(),
+            | "watch_max_lag_seconds"
+            | "redis_cluster" => value.to_string(),
             f if f.starts_with("ttl_") => value.to_string(),
             _ => format!("{value:?}"),
         };

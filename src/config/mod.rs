@@ -587,4 +587,22 @@ mod tests {
         let shown = format!("{cfg:?}");
         assert!(!shown.contains("topsecret") && !shown.contains("pw2"), "{shown}");
     }
+
+    #[test]
+    fn cluster_seeds_are_host_port_pairs() {
+        let raw = |nodes: &str, cluster: Option<bool>| RawConfig {
+            redis_cluster_nodes: Some(nodes.to_string()),
+            redis_cluster: cluster,
+            ..RawConfig::default()
+        };
+        let cfg = Config::from_raw(raw(" 10.0.0.2:6379, redis-b.internal:7000 ,", None)).unwrap();
+        assert_eq!(cfg.redis_cluster_nodes, vec!["10.0.0.2:6379", "redis-b.internal:7000"]);
+        assert!(Config::from_raw(raw("", None)).unwrap().redis_cluster_nodes.is_empty());
+        for bad in ["10.0.0.2", "host:0", "host:port", ":6379", "redis://h:6379"] {
+            let err = Config::from_raw(raw(bad, None)).unwrap_err().to_string();
+            assert!(err.contains("REDIS_CLUSTER_NODES") && err.contains("host:port"), "{bad}: {err}");
+        }
+        let err = Config::from_raw(raw("10.0.0.2:6379", Some(false))).unwrap_err().to_string();
+        assert!(err.contains("REDIS_CLUSTER=false"), "{err}");
+    }
 }

@@ -223,9 +223,14 @@ impl Data {
             format!("{prefix}:video:detail:{v}"),
         ];
         let mut conn = common::redis_conn(redis).await;
+        // One EXISTS per key: on a cluster the keys live in different slots.
+        let mut exists = redis::pipe();
+        for key in &wanted {
+            exists.cmd("EXISTS").arg(key);
+        }
         for _ in 0..600 {
-            let n: usize = redis::cmd("EXISTS").arg(&wanted[..]).query_async(&mut conn).await.unwrap();
-            if n == wanted.len() {
+            let found: Vec<usize> = exists.query_async(&mut conn).await.unwrap();
+            if found.iter().sum::<usize>() == wanted.len() {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;

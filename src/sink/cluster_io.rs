@@ -290,15 +290,18 @@ impl Sink {
         Ok((layout, moving))
     }
 
-    /// Every master's `run_id`, in address order.
+    /// Every master's `run_id`, in address order (masters from the
+    /// router's map, asked in parallel: the watcher checks this before
+    /// every batch).
     pub(super) async fn cluster_run_ids(&self) -> Result<String, SinkError> {
-        let (layout, _) = self.layout().await?;
-        let mut ids = Vec::new();
-        for node in &layout.masters {
+        let RedisConn::Cluster(router) = &self.conn else { return Ok(String::new()) };
+        let masters = router.masters();
+        let replies = futures::future::join_all(masters.iter().map(|node| async move {
             let info: String = parse(self.on_node(node, redis::cmd("INFO").arg("server")).await.map_err(read_err)?)?;
-            ids.push(super::info_value(&info, "run_id").unwrap_or_default().to_string());
-        }
-        Ok(ids.join(","))
+            Ok::<_, SinkError>(super::info_value(&info, "run_id").unwrap_or_default().to_string())
+        }))
+        .await;
+        Ok(replies.into_iter().collect::<Result<Vec<_>, _>>()?.join(","))
     }
 
     /// `INFO` of the given sections from every master, numeric fields

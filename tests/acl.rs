@@ -12,23 +12,33 @@ use std::time::Duration;
 
 const PASSWORD: &str = "acl-test-pw";
 
-/// A Redis whose user `cw` has exactly the documented rule for these
-/// prefixes, minus the items in `without`; the default user stays open for
-/// the test's own inspection.
-fn redis_with_user(prefix: &str, status_prefix: &str, without: &[&str]) -> Redis {
+/// `--user cw …`: the documented rule for these prefixes, minus the items
+/// in `without`.
+fn user_args(prefix: &str, status_prefix: &str, without: &[&str]) -> Vec<String> {
     let rule = cachewright::sink::acl::rule("cw", PASSWORD, prefix, status_prefix);
     let items = rule.strip_prefix("ACL SETUSER cw ").expect("an ACL SETUSER line");
     let mut args = vec!["--user".to_string(), "cw".to_string()];
     args.extend(items.split(' ').filter(|i| !without.contains(i)).map(str::to_string));
-    Redis::start_with(args)
+    args
+}
+
+/// A Redis whose user `cw` has exactly the documented rule for these
+/// prefixes, minus the items in `without`; the default user stays open for
+/// the test's own inspection.
+fn redis_with_user(prefix: &str, status_prefix: &str, without: &[&str]) -> Redis {
+    Redis::start_with(user_args(prefix, status_prefix, without))
 }
 
 fn config_as_user(redis: &Redis, name: &str) -> Config {
+    config_at_port(redis.port, name)
+}
+
+fn config_at_port(port: u16, name: &str) -> Config {
     let mongo = &common::shared().mongo;
     Config::from_raw(RawConfig {
         mongodb_uri: Some(mongo.uri()),
         mongodb_db: Some(name.to_string()),
-        redis_url: Some(format!("redis://cw:{PASSWORD}@127.0.0.1:{}", redis.port)),
+        redis_url: Some(format!("redis://cw:{PASSWORD}@127.0.0.1:{port}")),
         prefix: Some(format!("{name}:")),
         status_prefix: Some(format!("cw-{name}:")),
         home_limit: Some(3),
@@ -47,7 +57,11 @@ fn cli(cfg: &Config, args: &[&str]) -> std::process::Output {
 }
 
 async fn cache_equals_a_fresh_rebuild(redis: &Redis, cfg: &Config) -> bool {
-    let admin = format!("redis://127.0.0.1:{}", redis.port);
+    cache_at_port_equals_a_fresh_rebuild(redis.port, cfg).await
+}
+
+async fn cache_at_port_equals_a_fresh_rebuild(port: u16, cfg: &Config) -> bool {
+    let admin = format!("redis://127.0.0.1:{port}");
     common::render_dump(&common::dump(&admin, &cfg.prefix).await, &cfg.prefix) == common::expected_render(cfg).await
 }
 
@@ -142,4 +156,18 @@ async fn a_missing_permission_stops_a_command_before_its_first_write() {
         assert!(watch.to_string().contains("lacks permissions"), "{watch}");
         assert_eq!(admin_dump(&redis).await, (0, 0), "{without:?}: the watcher wrote nothing");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_least_privileged_user_rebuilds_and_verifies_on_a_cluster() {
+    let name = common::unique("aclcluster");
+    let cluster =
+        common::servers::RedisCluster::start_with(user_args(&format!("{name}:"), &format!("cw-{name}:"), &[]));
+    let cfg = config_at_port(cluster.nodes[2].port, &name);
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    for command in ["rebuild", "verify", "memory"] {
+        let out = cli(&cfg, &[command]);
+        assert!(out.status.success(), "{command} as cw on a cluster: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert!(cache_at_port_equals_a_fresh_rebuild(cluster.nodes[0].port, &cfg).await);
 }

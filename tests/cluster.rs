@@ -62,6 +62,16 @@ async fn a_rebuild_while_thousands_of_slots_move_leaves_the_cache_exact() {
     assert_eq!(common::count_keys(&cfg.redis_url, &format!("{}video:detail:gone*", cfg.prefix)).await, 0);
 }
 
+/// Waits until a rebuild into `cfg` has written 500 video details: its
+/// video cursor is open and most of its writes are still to come.
+async fn wait_until_mid_run(cfg: &cachewright::config::Config) {
+    let details = format!("{}video:detail:*", cfg.prefix);
+    common::wait_for("the rebuild wrote video details", Duration::from_secs(120), || async {
+        common::count_keys(&cfg.redis_url, &details).await >= 500
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_restart_mid_rebuild_is_detected_and_the_run_redone() {
     let _serial = SERIAL.lock().await;
@@ -72,11 +82,7 @@ async fn a_master_restart_mid_rebuild_is_detected_and_the_run_redone() {
         let cfg = cfg.clone();
         tokio::spawn(async move { rebuild_with_retries(&cfg, &RebuildOptions::full(), &Progress::hidden(), 4).await })
     };
-    let details = format!("{}video:detail:*", cfg.prefix);
-    common::wait_for("the rebuild wrote video details", Duration::from_secs(120), || async {
-        common::count_keys(&cfg.redis_url, &details).await >= 500
-    })
-    .await;
+    wait_until_mid_run(&cfg).await;
     // Paused first, so the run cannot finish before the restart; then
     // killed and started again on its port, empty.
     {
@@ -100,11 +106,7 @@ async fn a_paused_rebuilder_lands_nothing_after_a_takeover() {
         .env("CACHEWRIGHT_WRITE_BATCH_OPS", "100")
         .spawn()
         .expect("cachewright starts");
-    let details = format!("{}video:detail:*", cfg.prefix);
-    common::wait_for("the first rebuilder wrote video details", Duration::from_secs(120), || async {
-        common::count_keys(&cfg.redis_url, &details).await >= 500
-    })
-    .await;
+    wait_until_mid_run(&cfg).await;
     common::signal(first.id(), "-STOP");
 
     // MongoDB changes while it is paused; its lease expires; a second

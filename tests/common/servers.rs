@@ -248,25 +248,36 @@ fn redis_cli(args: &[String]) -> std::process::Output {
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
+        RedisCluster::start_with(Vec::new())
+    }
+
+    /// A cluster whose every node gets `extra` arguments too (such as a
+    /// `--user` rule).
+    pub fn start_with(extra: Vec<String>) -> RedisCluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut nodes = Vec::new();
         for i in 0..3 {
             let node_dir = dir.path().join(format!("node{i}"));
             std::fs::create_dir_all(&node_dir).expect("node dir");
-            nodes.push(Redis::start_with(vec![
-                "--cluster-enabled".into(),
-                "yes".into(),
-                "--cluster-config-file".into(),
-                "nodes.conf".into(),
-                "--cluster-node-timeout".into(),
-                "2000".into(),
-                // The bus would default to port + 10000, which may be taken
-                // or past 65535.
-                "--cluster-port".into(),
-                free_port().to_string(),
-                "--dir".into(),
-                node_dir.display().to_string(),
-            ]));
+            nodes.push(Redis::start_with(
+                vec![
+                    "--cluster-enabled".into(),
+                    "yes".into(),
+                    "--cluster-config-file".into(),
+                    "nodes.conf".into(),
+                    "--cluster-node-timeout".into(),
+                    "2000".into(),
+                    // The bus would default to port + 10000, which may be taken
+                    // or past 65535.
+                    "--cluster-port".into(),
+                    free_port().to_string(),
+                    "--dir".into(),
+                    node_dir.display().to_string(),
+                ]
+                .into_iter()
+                .chain(extra.iter().cloned())
+                .collect(),
+            ));
         }
         let mut args = vec!["--cluster".to_string(), "create".to_string()];
         args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));

@@ -52,12 +52,16 @@ rm -rf "$OUT/resp"
 "${DEV[@]}" bench --yes --resp-dir "$OUT/resp" --out "$OUT/parts.json" 2>"$OUT/bench.log"
 flush
 say "(p) physical limit: redis-cli --pipe of the final state, per master, in parallel"
+# Waits on these pipes only: servers this script started also run in the
+# background.
+pipes=()
 start=$(date +%s.%N)
 for f in "$OUT"/resp/*.resp; do
   port=$(basename "$f" .resp); port=${port##*_}
   redis-cli -p "$port" --pipe <"$f" >"$OUT/pipe-$port.txt" 2>&1 &
+  pipes+=($!)
 done
-wait
+wait "${pipes[@]}"
 end=$(date +%s.%N)
 python3 -c "import json,sys; json.dump({'pipe_seconds': $end - $start}, open('$OUT/pipe.json','w'))"
 grep -h "errors" "$OUT"/pipe-*.txt | grep -v "errors: 0," && die "redis-cli --pipe reported errors"
@@ -81,8 +85,9 @@ redis-cli -p "$READER_PORT" SET bench:reader value >/dev/null
 reader 20000 "$OUT/reader-idle.txt"
 resetstat
 reader 40000 "$OUT/reader-busy.txt" &
+busy_reader=$!
 "$BIN" rebuild --summary-json "$OUT/rebuild-warm.json" >"$OUT/rebuild-warm.txt" 2>"$OUT/rebuild-warm.log"
-wait
+wait "$busy_reader"
 histogram "$OUT/exec-warm.txt"
 
 say "watcher: latency at 1,000 updates/s, then the sustained apply rate"

@@ -112,7 +112,42 @@ impl Sink {
     /// all parts concurrently; commands without a key (`PUBLISH`) last.
     pub(super) async fn send_cluster(&self, pipe: &redis::Pipeline) -> Result<(), SinkError> {
         let split = cluster::split(pipe);
-        futures::stream::iter(split.parts)
+        let RedisConn::Cluster(router) = &self.conn else { unreachable!("send_cluster on a single Redis") };
+        if let Some(fence) = &self.fence
+            && !fence.is_valid()
+        {
+            return Err(SinkError::LeaseLost);
+        }
+        // First pass: one pipeline per master, the masters in parallel.
+        // A part refused there (moved slot, `TRYAGAIN`, a lost script or
+        // epoch copy, a fence) or lost with its connection goes on to
+        // the second pass, which follows the cluster part by part.
+        let mut by_master: indexmap::IndexMap<String, Vec<SlotPart>> = indexmap::IndexMap::new();
+        let mut left = Vec::new();
+        for part in split.parts {
+            match router.owner(Some(part.slot)) {
+                Some(addr) => by_master.entry(addr).or_default().push(part),
+                None => left.push(part),
+            }
+        }
+        let first_pass = by_master.into_iter().map(|(addr, parts)| async move {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for part in &parts {
+                pipe.add_command(self.part_call(part).by_hash);
+            }
+            match router.pipeline_on_node(&addr, &pipe).await {
+                Ok(replies) if replies.len() == parts.len() => parts
+                    .into_iter()
+                    .zip(replies)
+                    .filter(|(_, reply)| matches!(reply, redis::Value::ServerError(_)))
+                    .map(|(part, _)| part)
+                    .collect(),
+                _ => parts,
+            }
+        });
+        left.extend(futures::future::join_all(first_pass).await.into_iter().flatten());
+        futures::stream::iter(left)
             .map(|part| self.send_part(part))
             .buffer_unordered(PARTS_IN_FLIGHT)
             .try_collect::<Vec<()>>()
@@ -134,7 +169,9 @@ impl Sink {
         Ok(())
     }
 
-    async fn send_part(&self, part: SlotPart) -> Result<(), SinkError> {
+    /// The script call of one slot part, fenced by the slot's epoch copy
+    /// when the sink is.
+    fn part_call(&self, part: &SlotPart) -> ScriptCall {
         let copy = self.fence.as_ref().map(|_| cluster::epoch_copy_key(&self.status_prefix, part.slot));
         let epoch = self.fence.as_ref().map(|f| f.epoch.to_string()).unwrap_or_default();
         let mut keys: Vec<&[u8]> = copy.iter().map(|c| c.as_bytes()).collect();
@@ -145,7 +182,13 @@ impl Sink {
             args.push(count.as_bytes());
             args.extend(command.iter().map(Vec::as_slice));
         }
-        let call = ScriptCall::new(&WRITE_SHA, WRITE_SCRIPT, &keys, &args);
+        ScriptCall::new(&WRITE_SHA, WRITE_SCRIPT, &keys, &args)
+    }
+
+    /// One part on its own, following the cluster: redirections, retries,
+    /// a restored epoch copy, or a fence that ends the writer.
+    async fn send_part(&self, part: SlotPart) -> Result<(), SinkError> {
+        let call = self.part_call(&part);
         let mut attempt = 1;
         let mut repairs = 0;
         loop {

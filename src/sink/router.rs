@@ -182,7 +182,9 @@ impl Router {
         Err(error.unwrap_or_else(|| (ErrorKind::Io, "no cluster node answered CLUSTER SLOTS").into()))
     }
 
-    fn owner(&self, slot: Option<u16>) -> Option<String> {
+    /// The master that owns `slot` by the current map (any master for
+    /// `None`).
+    pub fn owner(&self, slot: Option<u16>) -> Option<String> {
         let map = self.map.read().unwrap_or_else(|e| e.into_inner());
         match slot {
             Some(slot) => map.owners[usize::from(slot)].map(|i| map.nodes[i].clone()),

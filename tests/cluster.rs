@@ -85,11 +85,13 @@ async fn a_master_restart_mid_rebuild_is_detected_and_the_run_redone() {
     wait_until_mid_run(&cfg).await;
     // Paused first, so the run cannot finish before the restart; then
     // killed and started again on its port, empty.
-    {
+    // The restart blocks until the cluster is ok again: off the runtime's
+    // workers, so the rebuild keeps being polled.
+    tokio::task::block_in_place(|| {
         let mut cluster = common::shared_cluster().cluster.lock().unwrap();
         common::signal(cluster.nodes[1].pid(), "-STOP");
         cluster.restart(1);
-    }
+    });
     let summary = run.await.unwrap().expect("the rebuild recovers from a master restart");
     assert!(summary.written_total() > 0);
     assert_exact(&cfg).await;
@@ -261,7 +263,7 @@ async fn every_command_works_on_a_cluster() {
     };
     tokio::select! {
         ended = &mut server => panic!("serve ended before it was ready: {:?}", ended.unwrap().err()),
-        _ = tokio::time::timeout(Duration::from_secs(60), ready) => {}
+        ready = tokio::time::timeout(Duration::from_secs(60), ready) => ready.expect("serve ready within 60 s"),
     }
     let source = cachewright::source::Source::connect(&cfg).await.unwrap();
     source

@@ -7,9 +7,8 @@ use futures::{StreamExt, TryStreamExt};
 use std::sync::LazyLock;
 use std::time::Duration;
 
-/// Slot parts of one batch in flight at once. The cluster client keeps
-/// one multiplexed connection per master, so the parts that go to one
-/// master travel back to back on it, and the masters work in parallel.
+/// Slot parts (or epoch copies) sent one by one at once, after the
+/// per-master pipelines refused them.
 const PARTS_IN_FLIGHT: usize = 256;
 /// How long a scan waits for moving slots to settle before it gives up.
 const SETTLE_WAIT: Duration = Duration::from_secs(120);
@@ -88,23 +87,49 @@ fn read_err(source: redis::RedisError) -> SinkError {
 }
 
 impl Sink {
-    /// Refuses a status prefix whose braces would put the epoch key and
-    /// its copies in slots other than the ones fencing relies on.
+    /// Refuses a status prefix with a brace: it would give the epoch key
+    /// and its per-slot copies a hash tag of its own, moving them out of
+    /// the slots fencing relies on.
     pub(super) fn check_cluster(&self, cfg: &crate::config::Config) -> Result<(), SinkError> {
-        let keys = crate::keys::status::StatusKeys::new(cfg.status_prefix.clone());
-        let same = cluster::slot(keys.epoch().as_bytes()) == cluster::slot(keys.rebuild_lock().as_bytes())
-            && (0..cluster::SLOTS as u16)
-                .step_by(97)
-                .all(|s| cluster::slot(cluster::epoch_copy_key(&cfg.status_prefix, s).as_bytes()) == s);
-        if same {
-            Ok(())
-        } else {
-            Err(SinkError::Cluster(format!(
-                "CACHEWRIGHT_STATUS_PREFIX={} holds a brace, which on a Redis Cluster would move the writer \
-                 lease's epoch keys into the wrong slots: use a prefix without {{ or }}",
-                cfg.status_prefix
-            )))
+        if !cfg.status_prefix.contains(['{', '}']) {
+            return Ok(());
         }
+        Err(SinkError::Cluster(format!(
+            "CACHEWRIGHT_STATUS_PREFIX={} holds a brace, which on a Redis Cluster would move the writer \
+             lease's epoch keys into the wrong slots: use a prefix without {{ or }}",
+            cfg.status_prefix
+        )))
+    }
+
+    /// Sends each master its items' commands as one pipeline, the masters
+    /// in parallel, and returns the items a master refused (an error
+    /// reply: a moved slot, `TRYAGAIN`, a lost script or epoch copy, a
+    /// fence) or that were lost with a connection, for the caller to send
+    /// one by one, following the cluster.
+    async fn per_master_pipelines<T>(
+        &self,
+        by_master: Vec<(String, Vec<T>)>,
+        command: impl Fn(&T) -> redis::Cmd,
+    ) -> Vec<T> {
+        let RedisConn::Cluster(router) = &self.conn else { unreachable!("per-master pipelines on a single Redis") };
+        let command = &command;
+        let sent = by_master.into_iter().map(|(addr, items)| async move {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for item in &items {
+                pipe.add_command(command(item));
+            }
+            match router.pipeline_on_node(&addr, &pipe).await {
+                Ok(replies) if replies.len() == items.len() => items
+                    .into_iter()
+                    .zip(replies)
+                    .filter(|(_, reply)| matches!(reply, redis::Value::ServerError(_)))
+                    .map(|(item, _)| item)
+                    .collect(),
+                _ => items,
+            }
+        });
+        futures::future::join_all(sent).await.into_iter().flatten().collect()
     }
 
     /// Writes an atomic pipeline on a cluster: cut by slot, each slot's
@@ -118,10 +143,6 @@ impl Sink {
         {
             return Err(SinkError::LeaseLost);
         }
-        // First pass: one pipeline per master, the masters in parallel.
-        // A part refused there (moved slot, `TRYAGAIN`, a lost script or
-        // epoch copy, a fence) or lost with its connection goes on to
-        // the second pass, which follows the cluster part by part.
         let mut by_master: indexmap::IndexMap<String, Vec<SlotPart>> = indexmap::IndexMap::new();
         let mut left = Vec::new();
         for part in split.parts {
@@ -130,23 +151,8 @@ impl Sink {
                 None => left.push(part),
             }
         }
-        let first_pass = by_master.into_iter().map(|(addr, parts)| async move {
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
-            for part in &parts {
-                pipe.add_command(self.part_call(part).by_hash);
-            }
-            match router.pipeline_on_node(&addr, &pipe).await {
-                Ok(replies) if replies.len() == parts.len() => parts
-                    .into_iter()
-                    .zip(replies)
-                    .filter(|(_, reply)| matches!(reply, redis::Value::ServerError(_)))
-                    .map(|(part, _)| part)
-                    .collect(),
-                _ => parts,
-            }
-        });
-        left.extend(futures::future::join_all(first_pass).await.into_iter().flatten());
+        let by_master = by_master.into_iter().collect();
+        left.extend(self.per_master_pipelines(by_master, |part| self.part_call(part).by_hash).await);
         futures::stream::iter(left)
             .map(|part| self.send_part(part))
             .buffer_unordered(PARTS_IN_FLIGHT)
@@ -278,30 +284,13 @@ impl Sink {
                 .map_err(|source| SinkError::Write { attempts: 1, source })?;
         }
         let epoch = fence.epoch.to_string();
-        let by_master = router.slots_by_master().into_iter().map(|(addr, slots)| {
-            let epoch = &epoch;
-            async move {
-                let mut pipe = redis::pipe();
-                pipe.ignore_errors();
-                for slot in &slots {
-                    pipe.cmd("EVALSHA")
-                        .arg(&*RAISE_SHA)
-                        .arg(1)
-                        .arg(cluster::epoch_copy_key(&self.status_prefix, *slot))
-                        .arg(epoch);
-                }
-                match router.pipeline_on_node(&addr, &pipe).await {
-                    Ok(replies) => slots
-                        .into_iter()
-                        .zip(replies)
-                        .filter(|(_, reply)| matches!(reply, redis::Value::ServerError(_)))
-                        .map(|(slot, _)| slot)
-                        .collect(),
-                    Err(_) => slots,
-                }
-            }
-        });
-        let left: Vec<u16> = futures::future::join_all(by_master).await.into_iter().flatten().collect();
+        let left = self
+            .per_master_pipelines(router.slots_by_master(), |slot| {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(&*RAISE_SHA).arg(1).arg(cluster::epoch_copy_key(&self.status_prefix, *slot)).arg(&epoch);
+                cmd
+            })
+            .await;
         futures::stream::iter(left)
             .map(|slot| self.raise_copy(fence.epoch, slot))
             .buffer_unordered(PARTS_IN_FLIGHT)
@@ -333,33 +322,33 @@ impl Sink {
         Ok((layout, moving))
     }
 
-    /// Every master's `run_id`, in address order (masters from the
-    /// router's map, asked in parallel: the watcher checks this before
-    /// every batch).
-    pub(super) async fn cluster_run_ids(&self) -> Result<String, SinkError> {
-        let RedisConn::Cluster(router) = &self.conn else { return Ok(String::new()) };
+    /// `INFO` of `sections` from every master of the router's map, in
+    /// address order, asked in parallel.
+    async fn info_of_masters(&self, sections: &[&str]) -> Result<Vec<String>, SinkError> {
+        let RedisConn::Cluster(router) = &self.conn else { unreachable!("masters of a single Redis") };
+        let mut cmd = redis::cmd("INFO");
+        for section in sections {
+            cmd.arg(*section);
+        }
         let masters = router.masters();
-        let replies = futures::future::join_all(masters.iter().map(|node| async move {
-            let info: String = parse(self.on_node(node, redis::cmd("INFO").arg("server")).await.map_err(read_err)?)?;
-            Ok::<_, SinkError>(super::info_value(&info, "run_id").unwrap_or_default().to_string())
-        }))
+        let replies = futures::future::join_all(
+            masters.iter().map(|node| async { parse::<String>(self.on_node(node, &cmd).await.map_err(read_err)?) }),
+        )
         .await;
-        Ok(replies.into_iter().collect::<Result<Vec<_>, _>>()?.join(","))
+        replies.into_iter().collect()
+    }
+
+    /// Every master's `run_id`, in address order (the watcher checks this
+    /// before every batch).
+    pub(super) async fn cluster_run_ids(&self) -> Result<String, SinkError> {
+        let infos = self.info_of_masters(&["server"]).await?;
+        Ok(infos.iter().map(|info| super::info_value(info, "run_id").unwrap_or_default()).collect::<Vec<_>>().join(","))
     }
 
     /// `INFO` of the given sections from every master, numeric fields
     /// summed (memory, hits and misses of the whole cluster).
     pub(super) async fn cluster_info(&self, sections: &[&str]) -> Result<String, SinkError> {
-        let (layout, _) = self.layout().await?;
-        let mut replies = Vec::new();
-        for node in &layout.masters {
-            let mut cmd = redis::cmd("INFO");
-            for section in sections {
-                cmd.arg(*section);
-            }
-            replies.push(parse::<String>(self.on_node(node, &cmd).await.map_err(read_err)?)?);
-        }
-        Ok(sum_info(&replies))
+        Ok(sum_info(&self.info_of_masters(sections).await?))
     }
 
     /// Runs `visit` on every key matching `glob` on every master. When the

@@ -22,7 +22,10 @@ impl Sink {
     /// Applies the watcher's last changes of a batch and saves its resume
     /// tokens in one transaction: the tokens move exactly when those
     /// writes land. With `clear_pending`, the pending scopes are cleared in
-    /// the same transaction.
+    /// the same transaction. A cluster cannot hold these keys in one
+    /// transaction: there the writes land first, then the tokens, then the
+    /// pending scopes are cleared; a crash in between replays events or
+    /// redoes scopes, both idempotent.
     pub async fn apply_changes_and_save_tokens(
         &self,
         changes: &[crate::plan::Change],
@@ -33,28 +36,25 @@ impl Sink {
         if changes.is_empty() && tokens.is_empty() && !clear_pending {
             return Ok(());
         }
-        // A cluster cannot hold these keys in one transaction: the writes
-        // land first, then the tokens, then the pending scopes are
-        // cleared. A crash in between replays events or redoes scopes,
-        // both idempotent.
-        let mut pipe = if self.is_cluster() {
-            self.apply_changes(changes).await?;
-            redis::pipe()
-        } else {
-            self.change_pipeline(changes)
-        };
+        let mut saves = redis::pipe();
+        saves.atomic();
         for (name, text) in tokens {
-            pipe.cmd("SET").arg(keys.cdc_resume(name)).arg(text).ignore();
+            saves.cmd("SET").arg(keys.cdc_resume(name)).arg(text).ignore();
         }
-        if clear_pending && self.is_cluster() {
-            pipe.atomic();
-            self.send(pipe).await?;
-            pipe = redis::pipe();
-        }
+        let mut clear = redis::pipe();
+        clear.atomic();
         if clear_pending {
-            pipe.cmd("DEL").arg(keys.cdc_pending()).ignore();
+            clear.cmd("DEL").arg(keys.cdc_pending()).ignore();
         }
-        pipe.atomic();
+        if self.is_cluster() {
+            self.apply_changes(changes).await?;
+            self.send(saves).await?;
+            return self.send(clear).await;
+        }
+        let mut pipe = self.change_pipeline(changes);
+        for cmd in saves.cmd_iter().chain(clear.cmd_iter()) {
+            pipe.add_command(cmd.clone()).ignore();
+        }
         self.send(pipe).await
     }
 

@@ -335,7 +335,13 @@ pub async fn count_keys(url: &str, pattern: &str) -> usize {
 
 /// Starts moving `slots` slots from master `from` to master `to`, and
 /// returns once the first slot is on its way.
+/// Blocks its thread: call it from a multi-threaded runtime (it steps
+/// off the worker with `block_in_place`).
 pub fn start_resharding(from: usize, to: usize, slots: usize) -> std::process::Child {
+    tokio::task::block_in_place(|| start_resharding_blocking(from, to, slots))
+}
+
+fn start_resharding_blocking(from: usize, to: usize, slots: usize) -> std::process::Child {
     let mut child = shared_cluster().cluster.lock().unwrap().reshard(from, to, slots);
     let stdout = child.stdout.take().expect("reshard stdout");
     let (moving_tx, moving_rx) = std::sync::mpsc::channel();
@@ -353,7 +359,7 @@ pub fn start_resharding(from: usize, to: usize, slots: usize) -> std::process::C
 }
 
 pub fn finish_resharding(mut child: std::process::Child) {
-    let status = child.wait().expect("reshard ends");
+    let status = tokio::task::block_in_place(|| child.wait()).expect("reshard ends");
     assert!(status.success(), "redis-cli --cluster reshard failed");
-    shared_cluster().cluster.lock().unwrap().wait_ok();
+    tokio::task::block_in_place(|| shared_cluster().cluster.lock().unwrap().wait_ok());
 }

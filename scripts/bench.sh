@@ -71,9 +71,10 @@ flush
 READER_PORT=$(reader_port bench:reader "${PORTS[@]}")
 reader() { redis-benchmark -p "$READER_PORT" -c 1 -n "$1" -t get >"$2" 2>&1; }
 cli() { redis-cli -p "$REDIS_PORT" "$@"; }
-# What a writer's atomic unit is: MULTI/EXEC on one node, a per-slot
-# script on a cluster. Its latency histogram over every master.
-UNIT=exec; [ "$SETUP" = cluster ] && UNIT=evalsha
+# What a writer's atomic unit is: MULTI/EXEC on one node, a script per
+# master and batch (EVAL) on a cluster. Its latency histogram over every
+# master.
+UNIT=exec; [ "$SETUP" = cluster ] && UNIT=eval
 resetstat() { for p in "${PORTS[@]}"; do redis-cli -p "$p" CONFIG RESETSTAT >/dev/null; done; }
 histogram() { for p in "${PORTS[@]}"; do redis-cli -p "$p" LATENCY HISTOGRAM "$UNIT"; done >"$1"; }
 say "(c) full rebuild into an empty Redis"
@@ -134,7 +135,7 @@ def exec_p99(path):
     for bucket in sorted(buckets):
         seen += buckets[bucket]
         if seen >= 0.99 * calls:
-            return f"<= {bucket / 1000:.2f} ms over {calls} {'transactions' if unit == 'exec' else 'slot scripts'}"
+            return f"<= {bucket / 1000:.2f} ms over {calls} {'transactions' if unit == 'exec' else 'scripts'}"
 def reader(path, q):
     for line in open(path):
         if "% <=" in line and float(line.split("%")[0]) >= q:

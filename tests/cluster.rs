@@ -299,3 +299,108 @@ async fn every_command_works_on_a_cluster() {
     assert_eq!(run(&other, &["purge", "--prefix", &cfg.prefix]).0, Some(0));
     assert_eq!(common::count_keys(&cfg.redis_url, &format!("{}*", cfg.prefix)).await, 0);
 }
+
+/// A plain connection to one cluster node (no routing).
+async fn node_conn(port: u16) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    client.get_multiplexed_async_connection().await.expect("cluster node reachable")
+}
+
+/// How many `TRYAGAIN` replies the node gave since its stats were reset.
+async fn tryagain_count(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("errorstats").query_async(conn).await.unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("errorstat_TRYAGAIN:count="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_into_a_migrating_slot_waits_and_never_leaves_the_key_half_replaced() {
+    let _serial = SERIAL.lock().await;
+    let cfg = cluster_config(&common::unique("migrating"));
+    let status = cachewright::keys::status::StatusKeys::new(cfg.status_prefix.clone());
+    let keys = cachewright::keys::Keys::new(cfg.prefix.clone());
+    let set = |members: &[&str]| Op {
+        key: keys.key(FamilyId::VideoTagList, &["t1", "1"]),
+        value: Value::Set(members.iter().map(|m| m.to_string()).collect()),
+    };
+    let sink = Sink::connect(&cfg).await.unwrap();
+    let lease = Lease::acquire(sink.connection(), &status, Duration::from_secs(60)).await.unwrap();
+    let sink = sink.fenced(lease.fence()).await.unwrap();
+    let before = set(&["a", "b", "c"]);
+    sink.write(std::slice::from_ref(&before)).await.unwrap();
+
+    // The slot of the key is put half-way through a move, by hand, as
+    // `redis-cli --cluster reshard` does: importing on one master,
+    // migrating on its owner, every key still on the owner.
+    let key = before.key.text.clone();
+    let slot = cachewright::sink::cluster::slot(key.as_bytes());
+    let (ports, ids): (Vec<u16>, Vec<String>) = {
+        let cluster = common::shared_cluster().cluster.lock().unwrap();
+        (0..3).map(|i| (cluster.nodes[i].port, cluster.node_id(i))).unzip()
+    };
+    let mut owner = None;
+    for (i, port) in ports.iter().enumerate() {
+        let mut conn = node_conn(*port).await;
+        if redis::cmd("EXISTS").arg(&key).query_async::<bool>(&mut conn).await.is_ok() {
+            owner = Some(i);
+        }
+    }
+    let from = owner.expect("one master serves the key");
+    let to = (from + 1) % 3;
+    let (mut source, mut target) = (node_conn(ports[from]).await, node_conn(ports[to]).await);
+    let setslot = |state: &str, id: &str| {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
+        cmd
+    };
+    let _: () = setslot("IMPORTING", &ids[from]).query_async(&mut target).await.unwrap();
+    let _: () = setslot("MIGRATING", &ids[to]).query_async(&mut source).await.unwrap();
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut source).await.unwrap();
+
+    // The replace is refused while the slot moves (its probe is missing
+    // on the owner), and the key keeps its old members meanwhile.
+    let (writer, after) = (sink.clone(), set(&["x", "y"]));
+    let write = tokio::spawn(async move { writer.write(&[after]).await });
+    common::wait_for("the owner refused the write with TRYAGAIN", Duration::from_secs(30), || {
+        let mut source = source.clone();
+        async move { tryagain_count(&mut source).await > 0 }
+    })
+    .await;
+    let members: Vec<String> = redis::cmd("SMEMBERS").arg(&key).query_async(&mut source).await.unwrap();
+    assert_eq!(members.len(), 3, "the key was touched while its slot was moving: {members:?}");
+    assert!(!write.is_finished(), "the write must wait for the slot to settle");
+
+    // The move completes: every key of the slot (the data and the epoch
+    // copy) goes over, then both masters agree on the new owner.
+    let in_slot: Vec<String> =
+        redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(1000).query_async(&mut source).await.unwrap();
+    assert!(in_slot.contains(&key));
+    let _: () = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(ports[to])
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(&in_slot)
+        .query_async(&mut source)
+        .await
+        .unwrap();
+    let _: () = setslot("NODE", &ids[to]).query_async(&mut target).await.unwrap();
+    let _: () = setslot("NODE", &ids[to]).query_async(&mut source).await.unwrap();
+
+    tokio::time::timeout(Duration::from_secs(60), write)
+        .await
+        .expect("the write lands once the slot settled")
+        .unwrap()
+        .expect("the write succeeds");
+    let mut members: Vec<String> = redis::cmd("SMEMBERS").arg(&key).query_async(&mut target).await.unwrap();
+    members.sort();
+    assert_eq!(members, ["x", "y"]);
+    let ttl: i64 = redis::cmd("TTL").arg(&key).query_async(&mut target).await.unwrap();
+    assert!(ttl > 0, "the replace keeps its TTL: {ttl}");
+    lease.release().await;
+    tokio::task::block_in_place(|| common::shared_cluster().cluster.lock().unwrap().wait_ok());
+}

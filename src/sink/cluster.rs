@@ -1,36 +1,43 @@
 //! Redis Cluster, the pure part: key slots, how one atomic pipeline
-//! becomes per-slot scripts, the fencing epoch's copy in every slot, and
-//! reading the masters' layout.
+//! becomes scripts (one per master, or one per slot), the fencing epoch's
+//! copy and a probe in every slot, and reading the masters' layout.
 //!
 //! A cluster runs a transaction only when all its keys share a slot, and
-//! the contract's keys carry no hash tags. So a batch is cut by slot:
-//! every slot's part runs as one script on the master that owns the slot
-//! (atomic there, as `MULTI`/`EXEC` is), and the parts run concurrently.
+//! the contract's keys carry no hash tags. So a batch is cut by slot, and
+//! all of one master's slots of it run as one script on that master
+//! (atomic there, as `MULTI`/`EXEC` is); the masters run in parallel. A
+//! master that refuses gets the slots again one by one, a script each.
 //! Each key's replace lives in one slot, so it stays whole.
 //!
 //! Fencing: the epoch key and the data keys live in different slots, so
 //! a `WATCH` on the epoch cannot cover a data write. Every slot therefore
 //! holds a copy of the epoch (`lock:epoch:slot:{tag}`, the tag chosen to
 //! hash to that slot), raised by a new leader in all 16384 slots before
-//! its first write, and only ever raised. Each script first compares its
-//! slot's copy with the writer's epoch, inside the same atomic step as
-//! the writes. See docs/ARCHITECTURE.md, "Fencing on a cluster".
+//! its first write, and only ever raised. Each script first compares a
+//! copy on its master with the writer's epoch, inside the same atomic
+//! step as the writes. See ARCHITECTURE.md, "Fencing on a cluster".
 
 use indexmap::IndexMap;
 use std::sync::OnceLock;
 
 pub const SLOTS: usize = 16384;
 
-/// CRC16/XMODEM, the checksum Redis Cluster hashes keys with.
+/// CRC16/XMODEM, the checksum Redis Cluster hashes keys with, a byte at
+/// a time from a table (every key of every write is hashed).
 fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &byte in data {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+    static TABLE: OnceLock<[u16; 256]> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        let mut table = [0u16; 256];
+        for (byte, entry) in table.iter_mut().enumerate() {
+            let mut crc = (byte as u16) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+            }
+            *entry = crc;
         }
-    }
-    crc
+        table
+    });
+    data.iter().fold(0u16, |crc, &byte| (crc << 8) ^ table[usize::from((crc >> 8) as u8 ^ byte)])
 }
 
 /// The slot of a key: of its hash tag (the text between the first `{` and
@@ -68,14 +75,39 @@ fn tags() -> &'static [String] {
     })
 }
 
+/// `<status_prefix><name>{<tag>}`, a key of slot `slot` (built without
+/// `format!`: one probe per slot of every write).
+fn slot_key(status_prefix: &str, name: &str, slot: u16) -> String {
+    let tag = &tags()[usize::from(slot)];
+    let mut key = String::with_capacity(status_prefix.len() + name.len() + tag.len() + 2);
+    key.push_str(status_prefix);
+    key.push_str(name);
+    key.push('{');
+    key.push_str(tag);
+    key.push('}');
+    key
+}
+
 /// The name of slot `slot`'s epoch copy under `status_prefix`.
 pub fn epoch_copy_key(status_prefix: &str, slot: u16) -> String {
-    format!("{status_prefix}lock:epoch:slot:{{{}}}", tags()[usize::from(slot)])
+    slot_key(status_prefix, "lock:epoch:slot:", slot)
+}
+
+/// The name of slot `slot`'s probe under `status_prefix`: a key that is
+/// never written. Naming it in a script makes the script run only while
+/// the slot is stable on that master: a master that is migrating the
+/// slot out answers a missing key with `ASK` (or `TRYAGAIN`), one that
+/// does not own it with `MOVED`. Without it, a script whose keys all
+/// still exist on a migrating master could `DEL` a key and then be
+/// refused its re-add, leaving the key missing.
+pub fn probe_key(status_prefix: &str, slot: u16) -> String {
+    slot_key(status_prefix, "lock:probe:", slot)
 }
 
 /// Runs one slot's part of a batch atomically: with a non-empty epoch in
 /// `ARGV[1]`, only while `KEYS[1]` (the slot's epoch copy) holds exactly
-/// that epoch. Then come the commands, each as its argument count and its
+/// that epoch. The slot's probe is among the keys (see [`probe_key`]).
+/// Then come the commands, each as its argument count and its
 /// arguments. `FENCED n` means a newer writer raised the copy to `n`;
 /// `EPOCHLOW` that the copy is missing or older (never raised, or lost
 /// with a restarted master), which the writer repairs and retries.
@@ -95,50 +127,136 @@ while i <= #ARGV do
 end
 return 1";
 
+/// Runs all of one master's slot parts of a batch as one atomic step,
+/// declaring no keys (so the call goes to the master we choose). `ARGV`:
+/// the epoch (`''` unfenced), the epoch copy of the first slot (the
+/// anchor), the number of slots, each slot's probe, then the commands as
+/// in [`WRITE_SCRIPT`].
+///
+/// Every slot is checked before anything is written: its probe must be
+/// readable here, so the slot is stable on this master and no command
+/// below can be redirected halfway. So the script writes everything or
+/// nothing; `UNSTABLE`, `FENCED` or `EPOCHLOW` send the parts on to the
+/// one-slot path, which follows the cluster.
+///
+/// One copy fences the whole step: a new leader raises every copy before
+/// its first write, and this step runs on one master at one instant, so
+/// once the anchor (a copy on this master) is raised, any later step here
+/// is refused; an earlier one lands before the new leader's writes, as
+/// with per-slot checks. Undeclared keys of several slots of one node are
+/// allowed to a script without flags (Redis 6 and 7, Valkey).
+pub const GROUP_SCRIPT: &str = "\
+local epoch, n = ARGV[1], tonumber(ARGV[3])
+for i = 4, 3 + n do
+  local probe = redis.pcall('EXISTS', ARGV[i])
+  if type(probe) == 'table' and probe.err then return redis.error_reply('UNSTABLE ' .. probe.err) end
+end
+if epoch ~= '' then
+  local e = redis.call('GET', ARGV[2])
+  if e ~= epoch then
+    if e and tonumber(e) > tonumber(epoch) then return redis.error_reply('FENCED ' .. e) end
+    return redis.error_reply('EPOCHLOW ' .. (e or 'none'))
+  end
+end
+local i, last = 4 + n, #ARGV
+while i <= last do
+  local c = tonumber(ARGV[i])
+  redis.call(unpack(ARGV, i + 1, i + c))
+  i = i + c + 1
+end
+return 1";
+
 /// Raises an epoch copy to `ARGV[1]` unless it already holds more.
 pub const RAISE_SCRIPT: &str = "\
 local c = tonumber(redis.call('GET', KEYS[1]) or '0')
 if c < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
 return 1";
 
-/// One slot's part of a batch: its keys (for the script's `KEYS`) and its
-/// commands in their original order.
+/// Raises many copies on one master at once (no declared keys): `ARGV[1]`
+/// the epoch, then the copies. A copy is only raised, never lowered. The
+/// reply lists the positions (from 1) of the copies this master cannot
+/// serve now (a slot moved or moving), for the one-slot path.
+pub const RAISE_GROUP_SCRIPT: &str = "\
+local epoch, left = tonumber(ARGV[1]), {}
+for i = 2, #ARGV do
+  local c = redis.pcall('GET', ARGV[i])
+  if type(c) == 'table' and c.err then
+    left[#left + 1] = i - 1
+  elseif tonumber(c or '0') < epoch then
+    redis.call('SET', ARGV[i], ARGV[1])
+  end
+end
+return left";
+
+/// The `EVAL` of [`GROUP_SCRIPT`] for one master's `parts` (at least
+/// one), fenced by `epoch` when given.
+pub fn group_command(status_prefix: &str, epoch: Option<u64>, parts: &[SlotPart]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(GROUP_SCRIPT).arg(0);
+    match (epoch, parts.first()) {
+        (Some(epoch), Some(anchor)) => cmd.arg(epoch).arg(epoch_copy_key(status_prefix, anchor.slot)),
+        _ => cmd.arg("").arg(""),
+    };
+    cmd.arg(parts.len());
+    for part in parts {
+        cmd.arg(probe_key(status_prefix, part.slot));
+    }
+    for part in parts {
+        for command in &part.commands {
+            cmd.arg(command.len());
+            for arg in command {
+                cmd.arg(*arg);
+            }
+        }
+    }
+    cmd
+}
+
+/// One slot's part of a batch: its commands in their original order,
+/// their arguments borrowed from the pipeline they were cut from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlotPart {
+pub struct SlotPart<'a> {
     pub slot: u16,
-    pub keys: Vec<Vec<u8>>,
-    pub commands: Vec<Vec<Vec<u8>>>,
+    pub commands: Vec<Vec<&'a [u8]>>,
+}
+
+impl SlotPart<'_> {
+    /// The keys its commands name, each once (for a script's `KEYS`).
+    pub fn keys(&self) -> Vec<&[u8]> {
+        let mut keys: Vec<&[u8]> = Vec::new();
+        for command in &self.commands {
+            if !keys.contains(&command[1]) {
+                keys.push(command[1]);
+            }
+        }
+        keys
+    }
 }
 
 /// A pipeline cut by slot, plus the commands that name no key
 /// (`PUBLISH`), which run after every part landed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Split {
-    pub parts: Vec<SlotPart>,
-    pub keyless: Vec<Vec<Vec<u8>>>,
+pub struct Split<'a> {
+    pub parts: Vec<SlotPart<'a>>,
+    pub keyless: Vec<Vec<&'a [u8]>>,
 }
 
 /// Cuts the commands of `pipe` by slot. Commands over several keys are
 /// taken apart: `DEL`/`UNLINK`/`EXISTS` per key, and `SMOVE` into `SREM`
 /// plus `SADD` (the two sets live in different slots; each job id sits in
 /// exactly one of the job sets a moment later, as with `SMOVE`).
-pub fn split(pipe: &redis::Pipeline) -> Split {
+pub fn split(pipe: &redis::Pipeline) -> Split<'_> {
+    fn add<'a>(parts: &mut IndexMap<u16, SlotPart<'a>>, command: Vec<&'a [u8]>) {
+        let s = slot(command[1]);
+        parts.entry(s).or_insert_with(|| SlotPart { slot: s, commands: Vec::new() }).commands.push(command);
+    }
     let mut parts: IndexMap<u16, SlotPart> = IndexMap::new();
     let mut keyless = Vec::new();
-    let mut add = |command: Vec<Vec<u8>>| {
-        let key = command[1].clone();
-        let s = slot(&key);
-        let part = parts.entry(s).or_insert_with(|| SlotPart { slot: s, keys: Vec::new(), commands: Vec::new() });
-        if !part.keys.contains(&key) {
-            part.keys.push(key);
-        }
-        part.commands.push(command);
-    };
     for cmd in pipe.cmd_iter() {
-        let args: Vec<Vec<u8>> = cmd
+        let args: Vec<&[u8]> = cmd
             .args_iter()
             .filter_map(|a| match a {
-                redis::Arg::Simple(bytes) => Some(bytes.to_vec()),
+                redis::Arg::Simple(bytes) => Some(bytes),
                 _ => None,
             })
             .collect();
@@ -148,14 +266,14 @@ pub fn split(pipe: &redis::Pipeline) -> Split {
             b"PUBLISH" => keyless.push(args),
             b"DEL" | b"UNLINK" | b"EXISTS" => {
                 for key in &args[1..] {
-                    add(vec![name.clone(), key.clone()]);
+                    add(&mut parts, vec![args[0], key]);
                 }
             }
             b"SMOVE" if args.len() == 4 => {
-                add(vec![b"SREM".to_vec(), args[1].clone(), args[3].clone()]);
-                add(vec![b"SADD".to_vec(), args[2].clone(), args[3].clone()]);
+                add(&mut parts, vec![b"SREM", args[1], args[3]]);
+                add(&mut parts, vec![b"SADD", args[2], args[3]]);
             }
-            _ => add(args),
+            _ => add(&mut parts, args),
         }
     }
     Split { parts: parts.into_values().collect(), keyless }
@@ -234,7 +352,10 @@ mod tests {
         for s in [0u16, 1, 5061, 12182, 16383] {
             let key = epoch_copy_key("cachewright:", s);
             assert_eq!(slot(key.as_bytes()), s, "{key}");
+            let probe = probe_key("cachewright:", s);
+            assert_eq!(slot(probe.as_bytes()), s, "{probe}");
         }
+        assert_eq!(epoch_copy_key("cw:", 0), format!("cw:lock:epoch:slot:{{{}}}", tags()[0]));
         assert!(tags().iter().all(|t| !t.is_empty() && t.len() <= 6));
     }
 
@@ -250,8 +371,8 @@ mod tests {
         pipe.cmd("SMOVE").arg("s:active").arg("s:done").arg("r1").ignore();
         pipe.cmd("PUBLISH").arg("chan").arg("m").ignore();
         let split = split(&pipe);
-        let owned = |parts: &[&str]| parts.iter().map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
-        let a = split.parts.iter().find(|p| p.keys == [b"app:a".to_vec()]).unwrap();
+        let owned = |parts: &[&'static str]| parts.iter().map(|p| p.as_bytes()).collect::<Vec<_>>();
+        let a = split.parts.iter().find(|p| p.keys() == [b"app:a"]).unwrap();
         assert_eq!(a.slot, slot(b"app:a"));
         assert_eq!(
             a.commands,
@@ -262,14 +383,41 @@ mod tests {
                 owned(&["UNLINK", "app:a"])
             ]
         );
-        let b = split.parts.iter().find(|p| p.keys == [b"app:b".to_vec()]).unwrap();
+        let b = split.parts.iter().find(|p| p.keys() == [b"app:b"]).unwrap();
         assert_eq!(b.commands, vec![owned(&["SET", "app:b", "v", "EX", "5"]), owned(&["UNLINK", "app:b"])]);
-        let active = split.parts.iter().find(|p| p.keys == [b"s:active".to_vec()]).unwrap();
+        let active = split.parts.iter().find(|p| p.keys() == [b"s:active"]).unwrap();
         assert_eq!(active.commands, vec![owned(&["SREM", "s:active", "r1"])]);
-        let done = split.parts.iter().find(|p| p.keys == [b"s:done".to_vec()]).unwrap();
+        let done = split.parts.iter().find(|p| p.keys() == [b"s:done"]).unwrap();
         assert_eq!(done.commands, vec![owned(&["SADD", "s:done", "r1"])]);
         assert_eq!(split.keyless, vec![owned(&["PUBLISH", "chan", "m"])]);
         assert_eq!(split.parts.len(), 4);
+    }
+
+    #[test]
+    fn a_group_checks_one_copy_and_probes_every_slot() {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET").arg("app:b").arg("v").ignore();
+        pipe.cmd("DEL").arg("app:a").ignore();
+        pipe.cmd("SADD").arg("app:a").arg("x").arg("y").ignore();
+        let parts = split(&pipe).parts;
+        let args = |cmd: redis::Cmd| -> Vec<String> {
+            cmd.args_iter()
+                .map(|a| match a {
+                    redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                    _ => String::new(),
+                })
+                .collect()
+        };
+        let (a, b) = (slot(b"app:a"), slot(b"app:b"));
+        let fenced = args(group_command("cw:", Some(7), &parts));
+        let mut expected = vec!["EVAL".to_string(), GROUP_SCRIPT.to_string(), "0".into(), "7".into()];
+        expected.push(epoch_copy_key("cw:", b));
+        expected.extend(["2".to_string(), probe_key("cw:", b), probe_key("cw:", a)]);
+        expected
+            .extend(["3", "SET", "app:b", "v", "2", "DEL", "app:a", "4", "SADD", "app:a", "x", "y"].map(String::from));
+        assert_eq!(fenced, expected);
+        let unfenced = args(group_command("cw:", None, &parts));
+        assert_eq!(&unfenced[3..6], ["", "", "2"]);
     }
 
     #[test]
@@ -279,7 +427,7 @@ mod tests {
         pipe.cmd("SET").arg("{t}2").arg("b").ignore();
         let split = split(&pipe);
         assert_eq!(split.parts.len(), 1);
-        assert_eq!(split.parts[0].keys, vec![b"{t}1".to_vec(), b"{t}2".to_vec()]);
+        assert_eq!(split.parts[0].keys(), vec![&b"{t}1"[..], &b"{t}2"[..]]);
     }
 
     #[test]

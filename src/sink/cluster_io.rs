@@ -1,7 +1,8 @@
-//! The Redis edge on a cluster: per-slot scripted writes, the epoch's
-//! copies, per-master commands and scans that follow the slot map.
+//! The Redis edge on a cluster: scripted writes per master (per slot when
+//! a master refuses), the epoch's copies, per-master commands and scans
+//! that follow the slot map.
 
-use super::cluster::{self, Layout, RAISE_SCRIPT, SlotPart, WRITE_SCRIPT};
+use super::cluster::{self, Layout, RAISE_GROUP_SCRIPT, RAISE_SCRIPT, SlotPart, WRITE_SCRIPT};
 use super::{Fence, RedisConn, Sink, SinkError, is_retriable};
 use futures::{StreamExt, TryStreamExt};
 use std::sync::LazyLock;
@@ -10,6 +11,9 @@ use std::time::Duration;
 /// Slot parts (or epoch copies) sent one by one at once, after the
 /// per-master pipelines refused them.
 const PARTS_IN_FLIGHT: usize = 256;
+/// Epoch copies raised by one script: about a millisecond of a master's
+/// time, which its readers wait behind.
+const COPIES_PER_SCRIPT: usize = 256;
 /// How long a scan waits for moving slots to settle before it gives up.
 const SETTLE_WAIT: Duration = Duration::from_secs(120);
 const SETTLE_PAUSE: Duration = Duration::from_millis(250);
@@ -102,15 +106,16 @@ impl Sink {
     }
 
     /// Sends each master its items' commands as one pipeline, the masters
-    /// in parallel, and returns the items a master refused (an error
-    /// reply: a moved slot, `TRYAGAIN`, a lost script or epoch copy, a
-    /// fence) or that were lost with a connection, for the caller to send
-    /// one by one, following the cluster.
+    /// in parallel. Each item comes back with its reply, or with `None`
+    /// when the master refused it (an error reply: a moved slot,
+    /// `TRYAGAIN`, a lost epoch copy, a fence) or it was lost with a
+    /// connection; the caller then sends it again on its own, following
+    /// the cluster.
     async fn per_master_pipelines<T>(
         &self,
         by_master: Vec<(String, Vec<T>)>,
         command: impl Fn(&T) -> redis::Cmd,
-    ) -> Vec<T> {
+    ) -> Vec<(T, Option<redis::Value>)> {
         let RedisConn::Cluster(router) = &self.conn else { unreachable!("per-master pipelines on a single Redis") };
         let command = &command;
         let sent = by_master.into_iter().map(|(addr, items)| async move {
@@ -123,18 +128,26 @@ impl Sink {
                 Ok(replies) if replies.len() == items.len() => items
                     .into_iter()
                     .zip(replies)
-                    .filter(|(_, reply)| matches!(reply, redis::Value::ServerError(_)))
-                    .map(|(item, _)| item)
-                    .collect(),
-                _ => items,
+                    .map(|(item, reply)| match reply {
+                        redis::Value::ServerError(err) => {
+                            tracing::debug!(node = %addr, error = ?err, "a master refused a write; sent again on its own");
+                            (item, None)
+                        }
+                        reply => (item, Some(reply)),
+                    })
+                    .collect::<Vec<_>>(),
+                _ => items.into_iter().map(|item| (item, None)).collect(),
             }
         });
         futures::future::join_all(sent).await.into_iter().flatten().collect()
     }
 
-    /// Writes an atomic pipeline on a cluster: cut by slot, each slot's
-    /// part one script (fenced by the slot's epoch copy when the sink is),
-    /// all parts concurrently; commands without a key (`PUBLISH`) last.
+    /// Writes an atomic pipeline on a cluster: cut by slot, and each
+    /// master's slots of it written by one script, all or nothing (fenced
+    /// by the slots' epoch copies when the sink is), the masters in
+    /// parallel. A master that refuses (a slot moved or moving, a copy to
+    /// restore, a fence) gets its parts again one slot at a time, each
+    /// following the cluster. Commands without a key (`PUBLISH`) go last.
     pub(super) async fn send_cluster(&self, pipe: &redis::Pipeline) -> Result<(), SinkError> {
         let split = cluster::split(pipe);
         let RedisConn::Cluster(router) = &self.conn else { unreachable!("send_cluster on a single Redis") };
@@ -143,25 +156,23 @@ impl Sink {
         {
             return Err(SinkError::LeaseLost);
         }
-        let mut by_master: indexmap::IndexMap<String, Vec<SlotPart>> = indexmap::IndexMap::new();
-        let mut left = Vec::new();
-        for part in split.parts {
-            match router.owner(Some(part.slot)) {
-                Some(addr) => by_master.entry(addr).or_default().push(part),
-                None => left.push(part),
+        let (by_master, mut left) = router.by_master(split.parts, |part| part.slot);
+        let epoch = self.fence.as_ref().map(|f| f.epoch);
+        let groups = by_master.into_iter().map(|(addr, parts)| (addr, vec![parts])).collect();
+        let sent = self.per_master_pipelines(groups, |parts| cluster::group_command(&self.status_prefix, epoch, parts));
+        for (parts, reply) in sent.await {
+            if reply.is_none() {
+                left.extend(parts);
             }
         }
-        let by_master = by_master.into_iter().collect();
-        left.extend(self.per_master_pipelines(by_master, |part| self.part_call(part).by_hash).await);
-        futures::stream::iter(left)
-            .map(|part| self.send_part(part))
-            .buffer_unordered(PARTS_IN_FLIGHT)
-            .try_collect::<Vec<()>>()
-            .await?;
+        // The futures are made by an iterator, not a stream's `map`: a
+        // closure over borrowed parts trips the compiler's `Send` check.
+        let sends: Vec<_> = left.into_iter().map(|part| self.send_part(part)).collect();
+        futures::stream::iter(sends).buffer_unordered(PARTS_IN_FLIGHT).try_collect::<Vec<()>>().await?;
         for args in split.keyless {
-            let mut cmd = redis::cmd(&String::from_utf8_lossy(&args[0]));
+            let mut cmd = redis::cmd(&String::from_utf8_lossy(args[0]));
             for arg in &args[1..] {
-                cmd.arg(arg);
+                cmd.arg(*arg);
             }
             let conn = &self.conn;
             self.retry
@@ -177,23 +188,25 @@ impl Sink {
 
     /// The script call of one slot part, fenced by the slot's epoch copy
     /// when the sink is.
-    fn part_call(&self, part: &SlotPart) -> ScriptCall {
+    fn part_call(&self, part: &SlotPart<'_>) -> ScriptCall {
         let copy = self.fence.as_ref().map(|_| cluster::epoch_copy_key(&self.status_prefix, part.slot));
         let epoch = self.fence.as_ref().map(|f| f.epoch.to_string()).unwrap_or_default();
+        let probe = cluster::probe_key(&self.status_prefix, part.slot);
         let mut keys: Vec<&[u8]> = copy.iter().map(|c| c.as_bytes()).collect();
-        keys.extend(part.keys.iter().map(Vec::as_slice));
+        keys.push(probe.as_bytes());
+        keys.extend(part.keys());
         let counts: Vec<String> = part.commands.iter().map(|c| c.len().to_string()).collect();
         let mut args: Vec<&[u8]> = vec![epoch.as_bytes()];
         for (command, count) in part.commands.iter().zip(&counts) {
             args.push(count.as_bytes());
-            args.extend(command.iter().map(Vec::as_slice));
+            args.extend(command.iter().copied());
         }
         ScriptCall::new(&WRITE_SHA, WRITE_SCRIPT, &keys, &args)
     }
 
     /// One part on its own, following the cluster: redirections, retries,
     /// a restored epoch copy, or a fence that ends the writer.
-    async fn send_part(&self, part: SlotPart) -> Result<(), SinkError> {
+    async fn send_part(&self, part: SlotPart<'_>) -> Result<(), SinkError> {
         let call = self.part_call(&part);
         let mut attempt = 1;
         let mut repairs = 0;
@@ -267,13 +280,14 @@ impl Sink {
     }
 
     /// Raises the epoch's copy in all 16384 slots to `fence`'s epoch,
-    /// before the new writer's first write: one pipeline per master, the
-    /// masters in parallel; a slot that moved meanwhile (or any other
-    /// refusal) is then raised on its own, following the cluster.
+    /// before the new writer's first write: a few hundred copies per
+    /// script, one pipeline per master, the masters in parallel. A copy
+    /// whose slot moved meanwhile (or any other refusal) is then raised on
+    /// its own, following the cluster.
     pub(super) async fn raise_epoch_copies(&self, fence: &Fence) -> Result<(), SinkError> {
         let RedisConn::Cluster(router) = &self.conn else { return Ok(()) };
-        // Both scripts on every master (SCRIPT LOAD goes to each), so the
-        // first writes find them.
+        // The one-slot scripts on every master (SCRIPT LOAD goes to each),
+        // so the first writes find them.
         let mut conn = self.conn.clone();
         for script in [RAISE_SCRIPT, WRITE_SCRIPT] {
             redis::cmd("SCRIPT")
@@ -284,13 +298,29 @@ impl Sink {
                 .map_err(|source| SinkError::Write { attempts: 1, source })?;
         }
         let epoch = fence.epoch.to_string();
-        let left = self
-            .per_master_pipelines(router.slots_by_master(), |slot| {
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(&*RAISE_SHA).arg(1).arg(cluster::epoch_copy_key(&self.status_prefix, *slot)).arg(&epoch);
+        let chunks = router
+            .slots_by_master()
+            .into_iter()
+            .map(|(addr, slots)| (addr, slots.chunks(COPIES_PER_SCRIPT).map(<[u16]>::to_vec).collect()))
+            .collect();
+        let sent = self
+            .per_master_pipelines(chunks, |slots: &Vec<u16>| {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(RAISE_GROUP_SCRIPT).arg(0).arg(&epoch);
+                for slot in slots {
+                    cmd.arg(cluster::epoch_copy_key(&self.status_prefix, *slot));
+                }
                 cmd
             })
             .await;
+        let mut left = Vec::new();
+        for (slots, reply) in sent {
+            match reply.map(redis::from_redis_value::<Vec<usize>>) {
+                Some(Ok(positions)) => left
+                    .extend(positions.into_iter().filter_map(|p| p.checked_sub(1).and_then(|i| slots.get(i)).copied())),
+                _ => left.extend(slots),
+            }
+        }
         futures::stream::iter(left)
             .map(|slot| self.raise_copy(fence.epoch, slot))
             .buffer_unordered(PARTS_IN_FLIGHT)

@@ -192,6 +192,23 @@ impl Router {
         }
     }
 
+    /// `items` grouped by the master of each one's slot, by one reading
+    /// of the map, masters in the map's order; items whose slot no master
+    /// covers come back apart.
+    pub fn by_master<T>(&self, items: Vec<T>, slot: impl Fn(&T) -> u16) -> (Vec<(String, Vec<T>)>, Vec<T>) {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        let mut groups: Vec<Vec<T>> = map.nodes.iter().map(|_| Vec::new()).collect();
+        let mut uncovered = Vec::new();
+        for item in items {
+            match map.owners[usize::from(slot(&item))] {
+                Some(i) => groups[i].push(item),
+                None => uncovered.push(item),
+            }
+        }
+        let grouped = map.nodes.iter().cloned().zip(groups).filter(|(_, items)| !items.is_empty()).collect();
+        (grouped, uncovered)
+    }
+
     /// The masters, in address order.
     pub fn masters(&self) -> Vec<String> {
         let mut nodes = self.map.read().unwrap_or_else(|e| e.into_inner()).nodes.clone();

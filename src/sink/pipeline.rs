@@ -12,8 +12,10 @@ pub fn ttl_with_jitter(base: u64, jitter: f64, u: f64) -> u64 {
 }
 
 /// Builds a MULTI/EXEC pipeline that replaces every key of `ops` whole:
-/// strings with `SET … EX`, collections with `DEL` + adds + `EXPIRE`
+/// strings with `SET … EX`, collections with `UNLINK` + adds + `EXPIRE`
 /// inside the transaction, so no reader sees them missing or partial.
+/// `UNLINK`, not `DEL`: a big old value is freed off Redis's main thread,
+/// not inside the transaction the readers wait behind.
 pub fn build_pipeline(ops: &[Op], ttl: &TierSeconds, jitter: f64, uniform: impl FnMut() -> f64) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.atomic();
@@ -43,7 +45,7 @@ pub fn build_change_pipeline(
         match change {
             Change::Put(op) => add_ops(&mut pipe, std::slice::from_ref(op), ttl, jitter, &mut uniform),
             Change::Delete(key) => {
-                pipe.cmd("DEL").arg(&key.text).ignore();
+                pipe.cmd("UNLINK").arg(&key.text).ignore();
             }
         }
     }
@@ -59,21 +61,21 @@ fn add_ops(pipe: &mut redis::Pipeline, ops: &[Op], ttl: &TierSeconds, jitter: f6
                 pipe.cmd("SET").arg(key).arg(value).arg("EX").arg(seconds).ignore();
             }
             Value::Set(members) => {
-                pipe.cmd("DEL").arg(key).ignore();
+                pipe.cmd("UNLINK").arg(key).ignore();
                 for chunk in members.chunks(CHUNK) {
                     pipe.cmd("SADD").arg(key).arg(chunk).ignore();
                 }
                 pipe.cmd("EXPIRE").arg(key).arg(seconds).ignore();
             }
             Value::List(items) => {
-                pipe.cmd("DEL").arg(key).ignore();
+                pipe.cmd("UNLINK").arg(key).ignore();
                 for chunk in items.chunks(CHUNK) {
                     pipe.cmd("RPUSH").arg(key).arg(chunk).ignore();
                 }
                 pipe.cmd("EXPIRE").arg(key).arg(seconds).ignore();
             }
             Value::Zset(members) => {
-                pipe.cmd("DEL").arg(key).ignore();
+                pipe.cmd("UNLINK").arg(key).ignore();
                 for chunk in members.chunks(CHUNK) {
                     let cmd = pipe.cmd("ZADD").arg(key);
                     for (score, member) in chunk {
@@ -116,7 +118,7 @@ mod tests {
         let expected = [
             "MULTI",
             "SET $11 app:tag:all $2 [] $2 EX $6 604800",
-            "DEL $26 app:video:category:list:c1",
+            "UNLINK $26 app:video:category:list:c1",
             "RPUSH $26 app:video:category:list:c1 $2 v2 $2 v1",
             "EXPIRE $26 app:video:category:list:c1 $4 7200",
             "EXEC",

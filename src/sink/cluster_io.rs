@@ -158,7 +158,7 @@ impl Sink {
         }
         let (by_master, mut left) = router.by_master(split.parts, |part| part.slot);
         let epoch = self.fence.as_ref().map(|f| f.epoch);
-        let groups = by_master.into_iter().map(|(addr, parts)| (addr, vec![parts])).collect();
+        let groups = by_master.into_iter().map(|(addr, parts)| (addr, cluster::bounded_groups(parts))).collect();
         let sent = self.per_master_pipelines(groups, |parts| cluster::group_command(&self.status_prefix, epoch, parts));
         for (parts, reply) in sent.await {
             if reply.is_none() {

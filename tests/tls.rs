@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::servers::Redis;
+use common::servers::{ClusterTls, Redis, RedisCluster};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -135,4 +135,59 @@ fn rediss_with_a_private_ca_and_a_client_certificate() {
     let out = cli(&["verify", "--redis-tls-ca", "/nonexistent/ca.pem"], &base);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("REDIS_TLS_CA file /nonexistent/ca.pem"), "{}", text(&out));
+}
+
+#[test]
+fn rediss_on_a_cluster_with_a_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = |name: &str| -> PathBuf { dir.path().join(name) };
+    certificates(dir.path());
+    let tls = ClusterTls {
+        cert: certs("server.crt"),
+        key: certs("server.key"),
+        ca: certs("ca.crt"),
+        client_cert: certs("client.crt"),
+        client_key: certs("client.key"),
+    };
+    // TLS only: clients and the cluster bus; the nodes announce their TLS
+    // ports, which cachewright then reaches with the same certificates.
+    let cluster = RedisCluster::start_tls(&tls);
+    let s = common::shared();
+    let name = common::unique("tlscluster");
+    let cfg = common::config(&s.mongo.uri(), &cluster.url(), &name);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(common::generate(&cfg, 300, 5));
+    let path = |p: PathBuf| p.display().to_string();
+    let env = vec![
+        ("MONGODB_URI", s.mongo.uri()),
+        ("MONGODB_DB", name.clone()),
+        ("REDIS_URL", cluster.url()),
+        ("CACHEWRIGHT_PREFIX", format!("{name}:")),
+        ("CACHEWRIGHT_STATUS_PREFIX", format!("cw-{name}:")),
+        ("REDIS_TLS_CA", path(certs("ca.crt"))),
+        ("REDIS_TLS_CERT", path(certs("client.crt"))),
+        ("REDIS_TLS_KEY", path(certs("client.key"))),
+    ];
+    assert!(cluster.url().starts_with("rediss://"));
+
+    let out = cli(&["rebuild"], &env);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = cli(&["verify"], &env);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    // The keys were written through every master, not one node.
+    for node in &cluster.nodes {
+        let args: Vec<String> =
+            ["-p", &node.port.to_string(), "--scan", "--pattern", &format!("{name}:*")].map(String::from).to_vec();
+        let out = cluster.cli(&args);
+        let keys = String::from_utf8_lossy(&out.stdout).lines().count();
+        assert!(keys > 0, "master {} holds none of the cache: {}", node.port, String::from_utf8_lossy(&out.stderr));
+    }
+
+    // Without the client certificate the masters refuse us.
+    let without: Vec<(&str, String)> =
+        env.iter().filter(|(k, _)| !matches!(*k, "REDIS_TLS_CERT" | "REDIS_TLS_KEY")).cloned().collect();
+    let out = cli(&["verify"], &without);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("cannot connect to Redis"), "{}", text(&out));
 }

@@ -78,9 +78,19 @@ impl Redis {
     /// server certificate, key and the CA it trusts for client
     /// certificates (which it then requires).
     pub fn start_tls(cert: &std::path::Path, key: &std::path::Path, ca: &std::path::Path) -> Redis {
+        Redis::start_tls_with(cert, key, ca, Vec::new())
+    }
+
+    /// [`Redis::start_tls`] with more arguments (cluster mode).
+    pub fn start_tls_with(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        ca: &std::path::Path,
+        more: Vec<String>,
+    ) -> Redis {
         let port = free_port();
         let path = |p: &std::path::Path| p.display().to_string();
-        let extra = vec![
+        let mut extra = vec![
             "--tls-port".into(),
             port.to_string(),
             "--tls-cert-file".into(),
@@ -92,6 +102,7 @@ impl Redis {
             "--tls-auth-clients".into(),
             "yes".into(),
         ];
+        extra.extend(more);
         let mut redis = Redis { port, child: None, extra, tls: true };
         redis.launch();
         redis
@@ -238,12 +249,24 @@ impl Drop for Mongo {
 /// with its identity and slots (and, keeping no data, empty).
 pub struct RedisCluster {
     pub nodes: Vec<Redis>,
+    /// What `redis-cli` needs to reach the nodes (TLS files).
+    cli_args: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
-fn redis_cli(args: &[String]) -> std::process::Output {
+/// The files of a TLS cluster: each node's certificate and key, the CA
+/// it trusts, and a client certificate and key for `redis-cli`.
+pub struct ClusterTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
+fn redis_cli(cli_args: &[String], args: &[String]) -> std::process::Output {
     let bin = binary("redis-cli", "REDIS_CLI_BIN", "apt-get install -y redis-tools");
-    Command::new(bin).args(args).stdin(Stdio::null()).output().expect("redis-cli runs")
+    Command::new(bin).args(cli_args).args(args).stdin(Stdio::null()).output().expect("redis-cli runs")
 }
 
 impl RedisCluster {
@@ -254,44 +277,78 @@ impl RedisCluster {
     /// A cluster whose every node gets `extra` arguments too (such as a
     /// `--user` rule).
     pub fn start_with(extra: Vec<String>) -> RedisCluster {
+        RedisCluster::launch(extra, None, 0)
+    }
+
+    /// A cluster that speaks TLS only, clients and cluster bus alike.
+    pub fn start_tls(tls: &ClusterTls) -> RedisCluster {
+        RedisCluster::launch(vec!["--tls-cluster".into(), "yes".into()], Some(tls), 0)
+    }
+
+    /// Three masters with a replica each (six nodes), for fail-overs.
+    pub fn start_with_replicas() -> RedisCluster {
+        RedisCluster::launch(Vec::new(), None, 1)
+    }
+
+    fn launch(extra: Vec<String>, tls: Option<&ClusterTls>, replicas: usize) -> RedisCluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut nodes = Vec::new();
-        for i in 0..3 {
+        for i in 0..3 * (1 + replicas) {
             let node_dir = dir.path().join(format!("node{i}"));
             std::fs::create_dir_all(&node_dir).expect("node dir");
-            nodes.push(Redis::start_with(
-                vec![
-                    "--cluster-enabled".into(),
-                    "yes".into(),
-                    "--cluster-config-file".into(),
-                    "nodes.conf".into(),
-                    "--cluster-node-timeout".into(),
-                    "2000".into(),
-                    // The bus would default to port + 10000, which may be taken
-                    // or past 65535.
-                    "--cluster-port".into(),
-                    free_port().to_string(),
-                    "--dir".into(),
-                    node_dir.display().to_string(),
-                ]
-                .into_iter()
-                .chain(extra.iter().cloned())
-                .collect(),
-            ));
+            let args: Vec<String> = vec![
+                "--cluster-enabled".into(),
+                "yes".into(),
+                "--cluster-config-file".into(),
+                "nodes.conf".into(),
+                "--cluster-node-timeout".into(),
+                "2000".into(),
+                // The bus would default to port + 10000, which may be taken
+                // or past 65535.
+                "--cluster-port".into(),
+                free_port().to_string(),
+                "--dir".into(),
+                node_dir.display().to_string(),
+            ]
+            .into_iter()
+            .chain(extra.iter().cloned())
+            .collect();
+            nodes.push(match tls {
+                None => Redis::start_with(args),
+                Some(tls) => Redis::start_tls_with(&tls.cert, &tls.key, &tls.ca, args),
+            });
         }
+        let path = |p: &PathBuf| p.display().to_string();
+        let cli_args = match tls {
+            None => Vec::new(),
+            Some(tls) => vec![
+                "--tls".into(),
+                "--cacert".into(),
+                path(&tls.ca),
+                "--cert".into(),
+                path(&tls.client_cert),
+                "--key".into(),
+                path(&tls.client_key),
+            ],
+        };
         let mut args = vec!["--cluster".to_string(), "create".to_string()];
         args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
-        args.extend(["--cluster-replicas".into(), "0".into(), "--cluster-yes".into()]);
-        let out = redis_cli(&args);
+        args.extend(["--cluster-replicas".into(), replicas.to_string(), "--cluster-yes".into()]);
+        let out = redis_cli(&cli_args, &args);
         assert!(
             out.status.success(),
             "redis-cli --cluster create failed: {}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let cluster = RedisCluster { nodes, _dir: dir };
+        let cluster = RedisCluster { nodes, cli_args, _dir: dir };
         cluster.wait_ok();
         cluster
+    }
+
+    /// Runs `redis-cli` against this cluster's nodes.
+    pub fn cli(&self, args: &[String]) -> std::process::Output {
+        redis_cli(&self.cli_args, args)
     }
 
     /// `redis://` URL of the first node: a seed, as users give it.
@@ -300,7 +357,7 @@ impl RedisCluster {
     }
 
     pub fn node_id(&self, i: usize) -> String {
-        let out = redis_cli(&["-p".into(), self.nodes[i].port.to_string(), "CLUSTER".into(), "MYID".into()]);
+        let out = self.cli(&["-p".into(), self.nodes[i].port.to_string(), "CLUSTER".into(), "MYID".into()]);
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
@@ -313,12 +370,12 @@ impl RedisCluster {
                 .nodes
                 .iter()
                 .map(|n| {
-                    let info = redis_cli(&["-p".into(), n.port.to_string(), "CLUSTER".into(), "INFO".into()]);
+                    let info = self.cli(&["-p".into(), n.port.to_string(), "CLUSTER".into(), "INFO".into()]);
                     String::from_utf8_lossy(&info.stdout).to_string()
                 })
                 .collect();
             let ok = states.iter().all(|s| s.contains("cluster_state:ok") && s.contains("cluster_slots_ok:16384"));
-            let out = redis_cli(&["--cluster".into(), "check".into(), format!("127.0.0.1:{}", self.nodes[0].port)]);
+            let out = self.cli(&["--cluster".into(), "check".into(), format!("127.0.0.1:{}", self.nodes[0].port)]);
             let agreed =
                 String::from_utf8_lossy(&out.stdout).contains("[OK] All nodes agree about slots configuration");
             if ok && agreed {
@@ -334,6 +391,7 @@ impl RedisCluster {
     pub fn reshard(&self, from: usize, to: usize, slots: usize) -> Child {
         let bin = binary("redis-cli", "REDIS_CLI_BIN", "apt-get install -y redis-tools");
         Command::new(bin)
+            .args(&self.cli_args)
             .args(["--cluster", "reshard", &format!("127.0.0.1:{}", self.nodes[0].port)])
             .args(["--cluster-from", &self.node_id(from), "--cluster-to", &self.node_id(to)])
             .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])

@@ -321,14 +321,14 @@ async fn a_write_into_a_migrating_slot_waits_and_never_leaves_the_key_half_repla
     let cfg = cluster_config(&common::unique("migrating"));
     let status = cachewright::keys::status::StatusKeys::new(cfg.status_prefix.clone());
     let keys = cachewright::keys::Keys::new(cfg.prefix.clone());
-    let set = |members: &[&str]| Op {
-        key: keys.key(FamilyId::VideoTagList, &["t1", "1"]),
-        value: Value::Set(members.iter().map(|m| m.to_string()).collect()),
+    let list = |items: &[&str]| Op {
+        key: keys.key(FamilyId::VideoTagList, &["c1", "t1"]),
+        value: Value::List(items.iter().map(|m| m.to_string()).collect()),
     };
     let sink = Sink::connect(&cfg).await.unwrap();
     let lease = Lease::acquire(sink.connection(), &status, Duration::from_secs(60)).await.unwrap();
     let sink = sink.fenced(lease.fence()).await.unwrap();
-    let before = set(&["a", "b", "c"]);
+    let before = list(&["a", "b", "c"]);
     sink.write(std::slice::from_ref(&before)).await.unwrap();
 
     // The slot of the key is put half-way through a move, by hand, as
@@ -360,16 +360,16 @@ async fn a_write_into_a_migrating_slot_waits_and_never_leaves_the_key_half_repla
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut source).await.unwrap();
 
     // The replace is refused while the slot moves (its probe is missing
-    // on the owner), and the key keeps its old members meanwhile.
-    let (writer, after) = (sink.clone(), set(&["x", "y"]));
+    // on the owner), and the key keeps its old items meanwhile.
+    let (writer, after) = (sink.clone(), list(&["x", "y"]));
     let write = tokio::spawn(async move { writer.write(&[after]).await });
     common::wait_for("the owner refused the write with TRYAGAIN", Duration::from_secs(30), || {
         let mut source = source.clone();
         async move { tryagain_count(&mut source).await > 0 }
     })
     .await;
-    let members: Vec<String> = redis::cmd("SMEMBERS").arg(&key).query_async(&mut source).await.unwrap();
-    assert_eq!(members.len(), 3, "the key was touched while its slot was moving: {members:?}");
+    let items: Vec<String> = redis::cmd("LRANGE").arg(&key).arg(0).arg(-1).query_async(&mut source).await.unwrap();
+    assert_eq!(items, ["a", "b", "c"], "the key was touched while its slot was moving");
     assert!(!write.is_finished(), "the write must wait for the slot to settle");
 
     // The move completes: every key of the slot (the data and the epoch
@@ -396,9 +396,8 @@ async fn a_write_into_a_migrating_slot_waits_and_never_leaves_the_key_half_repla
         .expect("the write lands once the slot settled")
         .unwrap()
         .expect("the write succeeds");
-    let mut members: Vec<String> = redis::cmd("SMEMBERS").arg(&key).query_async(&mut target).await.unwrap();
-    members.sort();
-    assert_eq!(members, ["x", "y"]);
+    let items: Vec<String> = redis::cmd("LRANGE").arg(&key).arg(0).arg(-1).query_async(&mut target).await.unwrap();
+    assert_eq!(items, ["x", "y"]);
     let ttl: i64 = redis::cmd("TTL").arg(&key).query_async(&mut target).await.unwrap();
     assert!(ttl > 0, "the replace keeps its TTL: {ttl}");
     lease.release().await;

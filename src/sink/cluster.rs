@@ -275,6 +275,16 @@ pub struct Split<'a> {
     pub keyless: Vec<Vec<&'a [u8]>>,
 }
 
+/// A command's arguments, its name first (redis-rs keeps them as bytes).
+pub fn cmd_args(cmd: &redis::Cmd) -> Vec<&[u8]> {
+    cmd.args_iter()
+        .filter_map(|a| match a {
+            redis::Arg::Simple(bytes) => Some(bytes),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Cuts the commands of `pipe` by slot. Commands over several keys are
 /// taken apart: `DEL`/`UNLINK`/`EXISTS` per key, and `SMOVE` into `SREM`
 /// plus `SADD` (the two sets live in different slots; each job id sits in
@@ -287,13 +297,7 @@ pub fn split(pipe: &redis::Pipeline) -> Split<'_> {
     let mut parts: IndexMap<u16, SlotPart> = IndexMap::new();
     let mut keyless = Vec::new();
     for cmd in pipe.cmd_iter() {
-        let args: Vec<&[u8]> = cmd
-            .args_iter()
-            .filter_map(|a| match a {
-                redis::Arg::Simple(bytes) => Some(bytes),
-                _ => None,
-            })
-            .collect();
+        let args = cmd_args(cmd);
         let Some(name) = args.first().map(|n| n.to_ascii_uppercase()) else { continue };
         match name.as_slice() {
             _ if args.len() < 2 => keyless.push(args),
@@ -435,12 +439,7 @@ mod tests {
         pipe.cmd("SADD").arg("app:a").arg("x").arg("y").ignore();
         let parts = split(&pipe).parts;
         let args = |cmd: redis::Cmd| -> Vec<String> {
-            cmd.args_iter()
-                .map(|a| match a {
-                    redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-                    _ => String::new(),
-                })
-                .collect()
+            cmd_args(&cmd).iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect()
         };
         let (a, b) = (slot(b"app:a"), slot(b"app:b"));
         let fenced = args(group_command("cw:", Some(7), &parts));

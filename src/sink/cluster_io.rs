@@ -47,10 +47,8 @@ impl ScriptCall {
             Err(err) if err.code() == Some("NOSCRIPT") => {
                 let mut by_text = redis::cmd("EVAL");
                 by_text.arg(self.source);
-                for arg in self.by_hash.args_iter().skip(2) {
-                    if let redis::Arg::Simple(bytes) = arg {
-                        by_text.arg(bytes);
-                    }
+                for arg in cluster::cmd_args(&self.by_hash).into_iter().skip(2) {
+                    by_text.arg(arg);
                 }
                 by_text.query_async::<redis::Value>(conn).await.map(drop)
             }
@@ -286,20 +284,11 @@ impl Sink {
     /// its own, following the cluster.
     pub(super) async fn raise_epoch_copies(&self, fence: &Fence) -> Result<(), SinkError> {
         let RedisConn::Cluster(router) = &self.conn else { return Ok(()) };
-        // The one-slot scripts on every master (SCRIPT LOAD goes to each),
-        // so the first writes find them.
-        let mut conn = self.conn.clone();
-        for script in [RAISE_SCRIPT, WRITE_SCRIPT] {
-            redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(script)
-                .query_async::<String>(&mut conn)
-                .await
-                .map_err(|source| SinkError::Write { attempts: 1, source })?;
-        }
         let epoch = fence.epoch.to_string();
-        let chunks = router
-            .slots_by_master()
+        let every_slot: Vec<u16> = (0..cluster::SLOTS as u16).collect();
+        // A slot no master covers is left to the one-by-one path below.
+        let (by_master, uncovered) = router.by_master(every_slot, |slot| *slot);
+        let chunks = by_master
             .into_iter()
             .map(|(addr, slots)| (addr, slots.chunks(COPIES_PER_SCRIPT).map(<[u16]>::to_vec).collect()))
             .collect();
@@ -313,7 +302,7 @@ impl Sink {
                 cmd
             })
             .await;
-        let mut left = Vec::new();
+        let mut left = uncovered;
         for (slots, reply) in sent {
             match reply.map(redis::from_redis_value::<Vec<usize>>) {
                 Some(Ok(positions)) => left
@@ -344,28 +333,29 @@ impl Sink {
         let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn).await.map_err(read_err)?;
         let layout = cluster::parse_slots(&reply)
             .ok_or_else(|| SinkError::Cluster("CLUSTER SLOTS gave a reply this version cannot read".into()))?;
-        let mut moving = false;
-        for node in &layout.masters {
-            let text: String = parse(self.on_node(node, redis::cmd("CLUSTER").arg("NODES")).await.map_err(read_err)?)?;
-            moving |= cluster::moving_slots(&text);
-        }
+        let nodes = self.text_of_each(&layout.masters, redis::cmd("CLUSTER").arg("NODES")).await?;
+        let moving = nodes.iter().any(|text| cluster::moving_slots(text));
         Ok((layout, moving))
     }
 
+    /// The text reply of `cmd` from each of `nodes`, asked in parallel.
+    async fn text_of_each(&self, nodes: &[String], cmd: &redis::Cmd) -> Result<Vec<String>, SinkError> {
+        let replies = futures::future::join_all(
+            nodes.iter().map(|node| async { parse::<String>(self.on_node(node, cmd).await.map_err(read_err)?) }),
+        )
+        .await;
+        replies.into_iter().collect()
+    }
+
     /// `INFO` of `sections` from every master of the router's map, in
-    /// address order, asked in parallel.
+    /// address order.
     async fn info_of_masters(&self, sections: &[&str]) -> Result<Vec<String>, SinkError> {
         let RedisConn::Cluster(router) = &self.conn else { unreachable!("masters of a single Redis") };
         let mut cmd = redis::cmd("INFO");
         for section in sections {
             cmd.arg(*section);
         }
-        let masters = router.masters();
-        let replies = futures::future::join_all(
-            masters.iter().map(|node| async { parse::<String>(self.on_node(node, &cmd).await.map_err(read_err)?) }),
-        )
-        .await;
-        replies.into_iter().collect()
+        self.text_of_each(&router.masters(), &cmd).await
     }
 
     /// Every master's `run_id`, in address order (the watcher checks this

@@ -50,13 +50,7 @@ pub struct Router {
 
 /// The slot a command's key hashes to; `None` for commands without a key.
 pub(super) fn command_slot(cmd: &Cmd) -> Option<u16> {
-    let args: Vec<&[u8]> = cmd
-        .args_iter()
-        .filter_map(|a| match a {
-            redis::Arg::Simple(bytes) => Some(bytes),
-            _ => None,
-        })
-        .collect();
+    let args = cluster::cmd_args(cmd);
     let name = args.first()?.to_ascii_uppercase();
     let key = match name.as_slice() {
         b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" | b"FCALL" => {
@@ -216,19 +210,6 @@ impl Router {
         nodes
     }
 
-    /// Every master with the slots it owns, by the current map.
-    pub fn slots_by_master(&self) -> Vec<(String, Vec<u16>)> {
-        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
-        let mut out: Vec<(String, Vec<u16>)> = map.nodes.iter().map(|n| (n.clone(), Vec::new())).collect();
-        for (slot, owner) in map.owners.iter().enumerate() {
-            if let Some(i) = owner {
-                out[*i].1.push(slot as u16);
-            }
-        }
-        out.retain(|(_, slots)| !slots.is_empty());
-        out
-    }
-
     /// Sends a plain pipeline to the node at `addr` in one round trip;
     /// each command's error comes back as its reply.
     pub async fn pipeline_on_node(&self, addr: &str, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
@@ -341,11 +322,8 @@ impl Router {
 }
 
 fn is_script_load(cmd: &Cmd) -> bool {
-    let mut args = cmd.args_iter().filter_map(|a| match a {
-        redis::Arg::Simple(bytes) => Some(bytes.to_ascii_uppercase()),
-        _ => None,
-    });
-    args.next().as_deref() == Some(b"SCRIPT") && args.next().as_deref() == Some(b"LOAD")
+    let args = cluster::cmd_args(cmd);
+    args.len() >= 2 && args[0].eq_ignore_ascii_case(b"SCRIPT") && args[1].eq_ignore_ascii_case(b"LOAD")
 }
 
 #[cfg(test)]

@@ -77,10 +77,14 @@ cli() { redis-cli -p "$REDIS_PORT" "$@"; }
 UNIT=exec; [ "$SETUP" = cluster ] && UNIT=eval
 resetstat() { for p in "${PORTS[@]}"; do redis-cli -p "$p" CONFIG RESETSTAT >/dev/null; done; }
 histogram() { for p in "${PORTS[@]}"; do redis-cli -p "$p" LATENCY HISTOGRAM "$UNIT"; done >"$1"; }
+# Redis's own percentiles of the unit (INFO latencystats, exact where the
+# histogram only gives power-of-two buckets), one line per master.
+percentiles() { for p in "${PORTS[@]}"; do redis-cli -p "$p" INFO latencystats | grep "_$UNIT:"; done >"$1"; }
 say "(c) full rebuild into an empty Redis"
 resetstat
 "$BIN" rebuild --summary-json "$OUT/rebuild.json" >"$OUT/rebuild.txt" 2>"$OUT/rebuild.log"
 histogram "$OUT/exec-empty.txt"
+percentiles "$OUT/percentiles-empty.txt"
 say "(c') full rebuild again, over its own keys (sweep path), with a reader"
 redis-cli -p "$READER_PORT" SET bench:reader value >/dev/null
 reader 20000 "$OUT/reader-idle.txt"
@@ -90,6 +94,7 @@ busy_reader=$!
 "$BIN" rebuild --summary-json "$OUT/rebuild-warm.json" >"$OUT/rebuild-warm.txt" 2>"$OUT/rebuild-warm.log"
 wait "$busy_reader"
 histogram "$OUT/exec-warm.txt"
+percentiles "$OUT/percentiles-warm.txt"
 
 say "watcher: latency at 1,000 updates/s, then the sustained apply rate"
 flush
@@ -141,6 +146,17 @@ def reader(path, q):
         if "% <=" in line and float(line.split("%")[0]) >= q:
             return float(line.split()[2])
 print(f"{unit.upper()} p99 (LATENCY HISTOGRAM) empty: {exec_p99(f'{out}/exec-empty.txt')}; warm: {exec_p99(f'{out}/exec-warm.txt')}")
+def percentiles(path):
+    # The worst master's p50, p99 and p99.9 (percentiles of several
+    # masters do not merge).
+    worst = {}
+    for line in open(path):
+        for part in line.strip().split(":", 1)[1].split(","):
+            name, value = part.split("=")
+            worst[name] = max(worst.get(name, 0.0), float(value) / 1000)
+    return ", ".join(f"{name} {worst[name]:.2f} ms" for name in ("p50", "p99", "p99.9") if name in worst)
+for state in ["empty", "warm"]:
+    print(f"{unit.upper()} {state:5} (INFO latencystats, worst master): {percentiles(f'{out}/percentiles-{state}.txt')}")
 for name in ["idle", "busy"]:
     f = f"{out}/reader-{name}.txt"
     label = "idle" if name == "idle" else "during warm rebuild"

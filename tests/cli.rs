@@ -221,6 +221,7 @@ fn every_setting_works_as_flag_environment_and_file_key() {
             | "home_limit"
             | "read_batch_size"
             | "write_batch_ops"
+            | "write_batch_cost"
             | "write_concurrency"
             | "lease_seconds"
             | "watch_max_lag_seconds"

@@ -159,6 +159,9 @@ async fn a_lost_epoch_copy_is_restored_by_the_current_writer_only() {
 
     let sink = Sink::connect(&cfg).await.unwrap();
     assert!(sink.is_cluster(), "REDIS_URL points at a cluster node: detected");
+    // A batch is cut into one script per master, so it carries the
+    // transaction budget once per master.
+    assert_eq!(sink.batch_cost(&cfg), 3 * cfg.write_batch_cost);
     let lease_a = Lease::acquire(sink.connection(), &status, ttl).await.unwrap();
     let a = sink.clone().fenced(lease_a.fence()).await.unwrap();
     a.write(&[op("before")]).await.expect("the leader writes");

@@ -111,6 +111,9 @@ pub struct Config {
     pub home_limit: Option<usize>,
     pub read_batch_size: u32,
     pub write_batch_ops: usize,
+    /// The Redis cost (see [`crate::plan::Op::cost`]) one MULTI/EXEC
+    /// batch may carry.
+    pub write_batch_cost: usize,
     pub write_concurrency: usize,
     /// The writer lease's lifetime; it is renewed every third of it.
     pub lease_seconds: u64,
@@ -398,6 +401,8 @@ impl Config {
             },
             read_batch_size: positive(raw.read_batch_size.map(u64::from), "CACHEWRIGHT_READ_BATCH_SIZE")? as u32,
             write_batch_ops: positive(raw.write_batch_ops.map(|n| n as u64), "CACHEWRIGHT_WRITE_BATCH_OPS")? as usize,
+            write_batch_cost: positive(raw.write_batch_cost.map(|n| n as u64), "CACHEWRIGHT_WRITE_BATCH_COST")?
+                as usize,
             write_concurrency: positive(raw.write_concurrency.map(|n| n as u64), "CACHEWRIGHT_WRITE_CONCURRENCY")?
                 as usize,
             lease_seconds: positive(raw.lease_seconds, "CACHEWRIGHT_LEASE_SECONDS")?,

@@ -313,9 +313,14 @@ settings! {
         env: "CACHEWRIGHT_WRITE_BATCH_OPS", key: "write_batch_ops", default: "1000", shown: "",
         help: "Keys per MULTI/EXEC batch", hint: "use a positive number such as 1000",
     }
+    write_batch_cost: usize {
+        env: "CACHEWRIGHT_WRITE_BATCH_COST", key: "write_batch_cost", default: "120000", shown: "",
+        help: "Redis cost one MULTI/EXEC (one script per master on a cluster) may carry: bytes + 2,000 per key + 600 per element",
+        hint: "use a positive number such as 120000",
+    }
     write_concurrency: usize {
-        env: "CACHEWRIGHT_WRITE_CONCURRENCY", key: "write_concurrency", default: "4", shown: "",
-        help: "Pipelines in flight", hint: "use a positive number such as 4",
+        env: "CACHEWRIGHT_WRITE_CONCURRENCY", key: "write_concurrency", default: "8", shown: "",
+        help: "Pipelines in flight", hint: "use a positive number such as 8",
     }
     lease_seconds: u64 {
         env: "CACHEWRIGHT_LEASE_SECONDS", key: "lease_seconds", default: "30", shown: "",

@@ -148,22 +148,22 @@ pub fn plan_ctx(cfg: &Config, families: FamilySet) -> PlanCtx {
     }
 }
 
-/// Splits ops into write batches by count and payload bytes.
+/// Splits ops into write batches by key count and by what they cost
+/// Redis (see [`crate::plan::Op::cost`]): Redis runs each MULTI/EXEC as
+/// one block that the site's readers wait behind, so the cost budget
+/// (`write_batch_cost`) is what keeps them short. A key above the budget
+/// goes alone (a key's replace is never cut).
 pub struct Batcher {
     tx: mpsc::Sender<Vec<Op>>,
     max_ops: usize,
+    max_cost: usize,
     current: Vec<Op>,
     cost: usize,
 }
 
-/// The Redis cost (see [`crate::plan::Value::cost`]) one MULTI/EXEC may
-/// carry: about 0.4 ms of Redis time, which the site's readers wait
-/// behind. A single key above it goes alone.
-const BATCH_COST: usize = 400_000;
-
 impl Batcher {
-    pub fn new(tx: mpsc::Sender<Vec<Op>>, max_ops: usize) -> Batcher {
-        Batcher { tx, max_ops, current: Vec::new(), cost: 0 }
+    pub fn new(tx: mpsc::Sender<Vec<Op>>, max_ops: usize, max_cost: usize) -> Batcher {
+        Batcher { tx, max_ops, max_cost, current: Vec::new(), cost: 0 }
     }
 
     /// Queues ops; returns false once the writer has stopped (it failed,
@@ -172,12 +172,12 @@ impl Batcher {
         for op in ops {
             let cost = op.cost();
             // A key that would take the batch past its budget starts the next.
-            if !self.current.is_empty() && self.cost + cost > BATCH_COST && !self.flush().await {
+            if !self.current.is_empty() && self.cost + cost > self.max_cost && !self.flush().await {
                 return false;
             }
             self.cost += cost;
             self.current.push(op);
-            if (self.current.len() >= self.max_ops || self.cost >= BATCH_COST) && !self.flush().await {
+            if (self.current.len() >= self.max_ops || self.cost >= self.max_cost) && !self.flush().await {
                 return false;
             }
         }
@@ -307,6 +307,7 @@ async fn run_pipeline(
     };
 
     let (tx, rx) = mpsc::channel::<Vec<Op>>(16);
+    let batch_cost = sink.batch_cost(cfg);
     let write_stage = Arc::new(progress.stage("writing ops", 0));
     let writer = {
         let stage = write_stage.clone();
@@ -329,7 +330,7 @@ async fn run_pipeline(
                 let (catalog, ctx) = (catalog.clone(), ctx.clone());
                 tokio::task::spawn_blocking(move || plan::plan_catalog(&catalog, &ctx)).await?
             };
-            let mut batcher = Batcher::new(tx.clone(), cfg.write_batch_ops);
+            let mut batcher = Batcher::new(tx.clone(), cfg.write_batch_ops, batch_cost);
             let _ = batcher.send(ops).await && batcher.flush().await;
             let mut refs = refs;
             refs.merge(&plan_refs);
@@ -339,7 +340,15 @@ async fn run_pipeline(
             if !opts.families.needs_videos() {
                 return Ok(None);
             }
-            videos::read_videos(&source, cfg, ctx.clone(), tx.clone(), progress).await.map(Some)
+            videos::read_videos(
+                &source,
+                cfg,
+                ctx.clone(),
+                Batcher::new(tx.clone(), cfg.write_batch_ops, batch_cost),
+                progress,
+            )
+            .await
+            .map(Some)
         };
         let (catalog_part, video_part) = tokio::try_join!(catalog_side, video_side)?;
         let (catalog, reports, mut refs) = catalog_part;
@@ -355,7 +364,7 @@ async fn run_pipeline(
                 tokio::task::spawn_blocking(move || plan::video::plan_indexes(&index, &catalog, &ctx)).await?
             };
             refs.merge(&index_refs);
-            let mut batcher = Batcher::new(tx.clone(), cfg.write_batch_ops);
+            let mut batcher = Batcher::new(tx.clone(), cfg.write_batch_ops, batch_cost);
             let _ = batcher.send(ops).await && batcher.flush().await;
         }
         Ok::<_, RunError>((collections, refs, videos_indexed))
@@ -428,7 +437,8 @@ mod tests {
     async fn batches_are_bounded_by_redis_cost() {
         let keys = Keys::new("app:");
         let (tx, mut rx) = mpsc::channel(64);
-        let mut batcher = Batcher::new(tx, 1000);
+        const BATCH_COST: usize = 400_000;
+        let mut batcher = Batcher::new(tx, 1000, BATCH_COST);
         let small: Vec<Op> = (0..400).map(|i| detail(&keys, i, 800)).collect();
         assert!(batcher.send(small).await);
         assert!(batcher.send(vec![detail(&keys, 9999, BATCH_COST * 2)]).await);

@@ -6,8 +6,8 @@ use super::decode::{admit_videos, decode_videos};
 use super::{Batcher, RunError};
 use crate::config::Config;
 use crate::model::decode::Intake;
+use crate::plan::PlanCtx;
 use crate::plan::video::VideoIndex;
-use crate::plan::{Op, PlanCtx};
 use crate::progress::Progress;
 use crate::registry::FamilyId;
 use crate::source::Source;
@@ -22,7 +22,7 @@ pub async fn read_videos(
     source: &Source,
     cfg: &Config,
     ctx: Arc<PlanCtx>,
-    tx: mpsc::Sender<Vec<Op>>,
+    mut batcher: Batcher,
     progress: &Progress,
 ) -> Result<(VideoIndex, Intake), RunError> {
     let collection = cfg.collections.video.clone();
@@ -48,7 +48,6 @@ pub async fn read_videos(
     let want_detail = ctx.families.contains(FamilyId::VideoDetail);
     let mut intake = Intake::default();
     let mut index = VideoIndex::default();
-    let mut batcher = Batcher::new(tx, cfg.write_batch_ops);
     let mut writer_alive = true;
     while let Some(batch) = raw_rx.recv().await {
         let decoded = tokio::task::spawn_blocking(move || decode_videos(&batch, want_detail)).await?;

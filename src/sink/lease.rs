@@ -96,6 +96,18 @@ impl Fence {
         self.state.valid()
     }
 
+    /// `MULTI`, the commands `body` adds, `EXEC`, then `WATCH` and `GET`
+    /// of the epoch key, which re-arm the connection for its next
+    /// transaction (see `Sink::try_fenced`). The replies kept are `EXEC`'s
+    /// and the epoch read back.
+    pub(super) fn frame(&self, body: impl FnOnce(&mut redis::Pipeline)) -> redis::Pipeline {
+        let mut full = redis::pipe();
+        full.cmd("MULTI").ignore();
+        body(&mut full);
+        full.cmd("EXEC").cmd("WATCH").arg(&self.key).ignore().cmd("GET").arg(&self.key);
+        full
+    }
+
     /// Records that Redis refused a write under this epoch.
     pub(super) fn mark_lost(&self) {
         self.state.mark_lost();

@@ -293,6 +293,16 @@ impl Sink {
         self.conn.is_cluster()
     }
 
+    /// The Redis cost one write batch may carry. `write_batch_cost` bounds
+    /// what one Redis runs at once; a cluster cuts each batch into one
+    /// script per master, so its batches carry that budget per master.
+    pub fn batch_cost(&self, cfg: &Config) -> usize {
+        match &self.conn {
+            RedisConn::Cluster(router) => cfg.write_batch_cost.saturating_mul(router.masters().len().max(1)),
+            _ => cfg.write_batch_cost,
+        }
+    }
+
     pub fn with_retry(mut self, retry: RetryPolicy) -> Sink {
         self.retry = retry;
         self
@@ -311,7 +321,19 @@ impl Sink {
     /// Writes one batch atomically (MULTI/EXEC), retrying retriable
     /// failures. A batch replaces whole keys, so sending it again is safe.
     pub async fn write(&self, ops: &[Op]) -> Result<(), SinkError> {
-        self.send(build_pipeline(ops, &self.ttl, self.jitter, rand::random::<f64>)).await
+        let body =
+            |pipe: &mut redis::Pipeline| pipeline::add_ops(pipe, ops, &self.ttl, self.jitter, rand::random::<f64>);
+        match &self.fence {
+            // The rebuild's hot path: the fenced frame is built around the
+            // commands as they are made, not copied around them afterwards.
+            Some(fence) if !self.is_cluster() => self.send_fenced(fence, &fence.frame(body)).await,
+            _ => {
+                let mut pipe = redis::pipe();
+                pipe.atomic();
+                body(&mut pipe);
+                self.send(pipe).await
+            }
+        }
     }
 
     /// Sends one idempotent atomic pipeline, retrying retriable failures;
@@ -321,7 +343,12 @@ impl Sink {
             return self.send_cluster(&pipe).await;
         }
         if let Some(fence) = &self.fence {
-            return self.send_fenced(fence, &pipe).await;
+            let full = fence.frame(|full| {
+                for cmd in pipe.cmd_iter() {
+                    full.add_command(cmd.clone()).ignore();
+                }
+            });
+            return self.send_fenced(fence, &full).await;
         }
         let conn = &self.conn;
         self.retry
@@ -338,13 +365,13 @@ impl Sink {
     /// epoch moved (the lease is then marked lost), retried on a new
     /// connection when the network failed (a dropped connection loses its
     /// `WATCH`, so the check is made again).
-    async fn send_fenced(&self, fence: &Fence, pipe: &redis::Pipeline) -> Result<(), SinkError> {
+    async fn send_fenced(&self, fence: &Fence, full: &redis::Pipeline) -> Result<(), SinkError> {
         let mut attempt = 1;
         loop {
             if !fence.is_valid() {
                 return Err(SinkError::LeaseLost);
             }
-            match self.try_fenced(fence, pipe).await {
+            match self.try_fenced(fence, full).await {
                 Ok(true) => return Ok(()),
                 Ok(false) => {
                     fence.mark_lost();
@@ -370,14 +397,8 @@ impl Sink {
     /// (`MULTI … EXEC WATCH epoch GET epoch`); only a fresh connection needs
     /// a round trip of its own first. Small transactions (see the batch
     /// cost bound) thus cost no extra round trips.
-    async fn try_fenced(&self, fence: &Fence, pipe: &redis::Pipeline) -> redis::RedisResult<bool> {
+    async fn try_fenced(&self, fence: &Fence, full: &redis::Pipeline) -> redis::RedisResult<bool> {
         let Some(mut conn) = self.checkout_watched(fence).await? else { return Ok(false) };
-        let mut full = redis::pipe();
-        full.cmd("MULTI").ignore();
-        for cmd in pipe.cmd_iter() {
-            full.add_command(cmd.clone()).ignore();
-        }
-        full.cmd("EXEC").cmd("WATCH").arg(&fence.key).ignore().cmd("GET").arg(&fence.key);
         let (applied, current): (redis::Value, Option<u64>) = full.query_async(&mut conn).await?;
         if let redis::Value::Array(replies) = &applied
             && let Some(redis::Value::ServerError(err)) =

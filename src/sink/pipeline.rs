@@ -52,7 +52,15 @@ pub fn build_change_pipeline(
     pipe
 }
 
-fn add_ops(pipe: &mut redis::Pipeline, ops: &[Op], ttl: &TierSeconds, jitter: f64, mut uniform: impl FnMut() -> f64) {
+/// Appends the commands that replace every key of `ops` whole (see
+/// [`build_pipeline`]) to `pipe`, which frames them.
+pub fn add_ops(
+    pipe: &mut redis::Pipeline,
+    ops: &[Op],
+    ttl: &TierSeconds,
+    jitter: f64,
+    mut uniform: impl FnMut() -> f64,
+) {
     for op in ops {
         let seconds = ttl_with_jitter(ttl.get(op.tier()), jitter, uniform());
         let key = op.key.text.as_str();

@@ -20,7 +20,7 @@ pub use acl::Access;
 pub use conn::RedisConn;
 pub use inspect::{Inspected, Observed};
 pub use lease::{Fence, Lease, LeaseError};
-pub use pipeline::{build_change_pipeline, build_commands, build_pipeline, ttl_with_jitter};
+pub use pipeline::{build_commands, build_pipeline, ttl_with_jitter};
 pub use retry::RetryPolicy;
 pub use state::info_value;
 pub use sweep::{Existing, Produced, Stale, SweepOutcome, digest, stale};
@@ -321,11 +321,16 @@ impl Sink {
     /// Writes one batch atomically (MULTI/EXEC), retrying retriable
     /// failures. A batch replaces whole keys, so sending it again is safe.
     pub async fn write(&self, ops: &[Op]) -> Result<(), SinkError> {
-        let body =
-            |pipe: &mut redis::Pipeline| pipeline::add_ops(pipe, ops, &self.ttl, self.jitter, rand::random::<f64>);
+        self.send_with(|pipe| pipeline::add_ops(pipe, ops, &self.ttl, self.jitter, rand::random::<f64>)).await
+    }
+
+    /// Sends the commands `body` adds as one idempotent atomic step, like
+    /// [`Sink::send`], but builds them straight into their frame: under a
+    /// fence on one Redis, `MULTI … EXEC WATCH GET` ([`Fence::frame`]), so
+    /// the writes of a rebuild or a watcher batch are not copied into it
+    /// afterwards.
+    pub(crate) async fn send_with(&self, body: impl FnOnce(&mut redis::Pipeline)) -> Result<(), SinkError> {
         match &self.fence {
-            // The rebuild's hot path: the fenced frame is built around the
-            // commands as they are made, not copied around them afterwards.
             Some(fence) if !self.is_cluster() => self.send_fenced(fence, &fence.frame(body)).await,
             _ => {
                 let mut pipe = redis::pipe();
@@ -447,12 +452,12 @@ impl Sink {
         if changes.is_empty() {
             return Ok(());
         }
-        self.send(self.change_pipeline(changes)).await
+        self.send_with(|pipe| self.add_changes(pipe, changes)).await
     }
 
-    /// The atomic pipeline of `changes` with this sink's TTLs and jitter.
-    pub fn change_pipeline(&self, changes: &[crate::plan::Change]) -> redis::Pipeline {
-        build_change_pipeline(changes, &self.ttl, self.jitter, rand::random::<f64>)
+    /// Appends `changes` with this sink's TTLs and jitter to `pipe`.
+    fn add_changes(&self, pipe: &mut redis::Pipeline, changes: &[crate::plan::Change]) {
+        pipeline::add_changes(pipe, changes, &self.ttl, self.jitter, rand::random::<f64>);
     }
 
     /// The server's `run_id`, which changes when Redis restarts; on a

@@ -31,25 +31,23 @@ pub fn build_commands(ops: &[Op], ttl: &TierSeconds, jitter: f64, uniform: impl 
     pipe
 }
 
-/// Builds one MULTI/EXEC pipeline for the watcher's incremental changes:
-/// whole replacements and deletions, all applied at once.
-pub fn build_change_pipeline(
+/// Appends the watcher's incremental changes (whole replacements and
+/// deletions) to `pipe`, whose frame applies them all at once.
+pub fn add_changes(
+    pipe: &mut redis::Pipeline,
     changes: &[Change],
     ttl: &TierSeconds,
     jitter: f64,
     mut uniform: impl FnMut() -> f64,
-) -> redis::Pipeline {
-    let mut pipe = redis::pipe();
-    pipe.atomic();
+) {
     for change in changes {
         match change {
-            Change::Put(op) => add_ops(&mut pipe, std::slice::from_ref(op), ttl, jitter, &mut uniform),
+            Change::Put(op) => add_ops(pipe, std::slice::from_ref(op), ttl, jitter, &mut uniform),
             Change::Delete(key) => {
                 pipe.cmd("UNLINK").arg(&key.text).ignore();
             }
         }
     }
-    pipe
 }
 
 /// Appends the commands that replace every key of `ops` whole (see
@@ -122,7 +120,6 @@ mod tests {
         ];
         let ttl = TierSeconds { count: 1, index: 7200, detail: 3, catalog: 604_800 };
         let pipe = build_pipeline(&ops, &ttl, 0.0, || 0.0);
-        let text = String::from_utf8_lossy(&pipe.get_packed_pipeline()).replace("\r\n", " ");
         let expected = [
             "MULTI",
             "SET $11 app:tag:all $2 [] $2 EX $6 604800",
@@ -131,6 +128,30 @@ mod tests {
             "EXPIRE $26 app:video:category:list:c1 $4 7200",
             "EXEC",
         ];
+        assert_in_order(&pipe, &expected);
+    }
+
+    /// The watcher's changes go in their order: a put as a rebuild writes
+    /// it, a deletion as `UNLINK`.
+    #[test]
+    fn changes_are_puts_and_unlinks_in_order() {
+        let keys = Keys::new("app:");
+        let changes = vec![
+            Change::Delete(keys.key(FamilyId::VideoDetail, &["gone"])),
+            Change::Put(Op { key: keys.key(FamilyId::VideoDetail, &["v1"]), value: Value::String("{}".into()) }),
+        ];
+        let ttl = TierSeconds { count: 1, index: 2, detail: 3, catalog: 4 };
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        add_changes(&mut pipe, &changes, &ttl, 0.0, || 0.0);
+        assert_in_order(
+            &pipe,
+            &["MULTI", "UNLINK $21 app:video:detail:gone", "SET $19 app:video:detail:v1 $2 {} $2 EX $1 3", "EXEC"],
+        );
+    }
+
+    fn assert_in_order(pipe: &redis::Pipeline, expected: &[&str]) {
+        let text = String::from_utf8_lossy(&pipe.get_packed_pipeline()).replace("\r\n", " ");
         let mut at = 0;
         for part in expected {
             let found = text[at..].find(part).unwrap_or_else(|| panic!("missing {part:?} after {at} in {text}"));

@@ -36,26 +36,27 @@ impl Sink {
         if changes.is_empty() && tokens.is_empty() && !clear_pending {
             return Ok(());
         }
-        let mut saves = redis::pipe();
-        saves.atomic();
-        for (name, text) in tokens {
-            saves.cmd("SET").arg(keys.cdc_resume(name)).arg(text).ignore();
-        }
-        let mut clear = redis::pipe();
-        clear.atomic();
-        if clear_pending {
-            clear.cmd("DEL").arg(keys.cdc_pending()).ignore();
-        }
+        let saves = |pipe: &mut redis::Pipeline| {
+            for (name, text) in tokens {
+                pipe.cmd("SET").arg(keys.cdc_resume(name)).arg(text).ignore();
+            }
+        };
+        let clear = |pipe: &mut redis::Pipeline| {
+            if clear_pending {
+                pipe.cmd("DEL").arg(keys.cdc_pending()).ignore();
+            }
+        };
         if self.is_cluster() {
             self.apply_changes(changes).await?;
-            self.send(saves).await?;
-            return self.send(clear).await;
+            self.send_with(saves).await?;
+            return self.send_with(clear).await;
         }
-        let mut pipe = self.change_pipeline(changes);
-        for cmd in saves.cmd_iter().chain(clear.cmd_iter()) {
-            pipe.add_command(cmd.clone()).ignore();
-        }
-        self.send(pipe).await
+        self.send_with(|pipe| {
+            self.add_changes(pipe, changes);
+            saves(pipe);
+            clear(pipe);
+        })
+        .await
     }
 
     /// Records scopes a batch is about to write (see `cdc:pending`).

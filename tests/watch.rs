@@ -592,3 +592,68 @@ async fn deletes_while_the_watcher_is_killed_are_removed_after_it_restarts() {
     assert!(kept, "a key no family can own is left alone");
     assert_same_as_rebuild(&s.mongo.uri(), &s.redis.url(), &name, &prefix, 9).await;
 }
+
+/// The data keys each `MULTI`/`EXEC` of a MONITOR log wrote, per
+/// transaction, for keys under `prefix`. Commands are grouped by the
+/// client that sent them, between its `MULTI` and its `EXEC`.
+fn transactions(lines: &[String], prefix: &str) -> Vec<std::collections::BTreeSet<String>> {
+    let mut open: std::collections::HashMap<String, std::collections::BTreeSet<String>> = Default::default();
+    let mut done = Vec::new();
+    for line in lines {
+        // `<time> [<db> <client>] "<COMMAND>" "<key>" …`
+        let Some((client, rest)) = line.split_once(" [").and_then(|(_, r)| r.split_once("] ")) else { continue };
+        let mut quoted = rest.split('"').skip(1).step_by(2);
+        let command = quoted.next().unwrap_or_default().to_ascii_uppercase();
+        match command.as_str() {
+            "MULTI" => {
+                open.insert(client.to_string(), Default::default());
+            }
+            "EXEC" => done.extend(open.remove(client)),
+            _ => {
+                if let (Some(keys), Some(key)) = (open.get_mut(client), quoted.next())
+                    && key.starts_with(prefix)
+                {
+                    keys.insert(key.to_string());
+                }
+            }
+        }
+    }
+    done
+}
+
+/// A backlog drained at once goes out in transactions bounded like the
+/// rebuild's (here 4 keys each), the videos' own keys after what indexes
+/// them, and the cache still equals a full rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_goes_out_in_short_transactions_and_equals_a_full_rebuild() {
+    let _serial = SERIAL.lock().await;
+    let s = common::shared();
+    // A Redis of its own: MONITOR sees this test's commands only.
+    let redis = common::servers::Redis::start();
+    let name = common::unique("watchbacklog");
+    let prefix = format!("w{name}");
+    let mut cfg = config(&s.mongo.uri(), &redis.url(), &name, &prefix);
+    cfg.write_batch_ops = 4;
+    let mut d = data(&cfg, 31).await;
+    d.seed().await;
+    let watcher = start_streaming(&cfg).await;
+    d.settle(&redis.url(), &prefix).await;
+    watcher.stop().await;
+    // The backlog: changes made while the watcher is stopped, replayed
+    // from its tokens when it starts again.
+    for _ in 0..150 {
+        d.change().await;
+    }
+    let monitor = common::servers::Monitor::start(&redis);
+    let watcher = start(&cfg);
+    d.settle(&redis.url(), &prefix).await;
+    let metrics = watcher.stop().await;
+    let lines = monitor.stop();
+    assert_eq!(metrics.rebuilds.load(std::sync::atomic::Ordering::Relaxed), 0, "resumed from the tokens");
+    let written = transactions(&lines, &format!("{prefix}:"));
+    let largest = written.iter().map(|keys| keys.len()).max().unwrap_or(0);
+    assert!(largest <= 4, "a transaction wrote {largest} keys: {:?}", written.iter().max_by_key(|k| k.len()));
+    let batches = metrics.batches.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(written.len() > 2 * batches as usize, "{} data transactions for {batches} batches", written.len());
+    assert_same_as_rebuild(&s.mongo.uri(), &redis.url(), &name, &prefix, 31).await;
+}

@@ -101,6 +101,51 @@ impl Change {
             Change::Delete(key) => key,
         }
     }
+
+    /// What this change costs Redis (see [`Op::cost`]); a delete is one
+    /// command on its key.
+    pub fn cost(&self) -> usize {
+        match self {
+            Change::Put(op) => op.cost(),
+            Change::Delete(key) => key.text.len() + KEY_COST,
+        }
+    }
+}
+
+/// What one transaction may carry: keys, and Redis cost (see
+/// [`Op::cost`]). The rebuild's batches and the watcher's follow the same
+/// rule, so a reader never waits behind a long `MULTI`/`EXEC` from either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxBudget {
+    pub max_keys: usize,
+    pub max_cost: usize,
+}
+
+impl TxBudget {
+    /// Whether a key costing `cost` joins a batch of `keys` keys costing
+    /// `so_far`. An empty batch takes any key: a key's replace is never
+    /// cut, so a key above the budget goes alone.
+    pub fn admits(&self, keys: usize, so_far: usize, cost: usize) -> bool {
+        keys == 0 || (keys < self.max_keys && so_far + cost <= self.max_cost)
+    }
+
+    /// `changes` cut, in order, into runs that each fit the budget.
+    pub fn cut<'a>(&self, changes: &'a [Change]) -> Vec<&'a [Change]> {
+        let mut runs = Vec::new();
+        let (mut start, mut cost) = (0, 0);
+        for (i, change) in changes.iter().enumerate() {
+            let this = change.cost();
+            if !self.admits(i - start, cost, this) {
+                runs.push(&changes[start..i]);
+                (start, cost) = (i, 0);
+            }
+            cost += this;
+        }
+        if start < changes.len() {
+            runs.push(&changes[start..]);
+        }
+        runs
+    }
 }
 
 /// A set of families, e.g. from `--only`.
@@ -167,4 +212,53 @@ pub fn plan_catalog(catalog: &Catalog, ctx: &PlanCtx) -> (Vec<Op>, RefReport) {
     category::plan(catalog, &derived, ctx, &mut out);
     tag::plan(catalog, &derived, ctx, &mut out);
     (out, refs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Change, Op, TxBudget, Value};
+    use crate::keys::Keys;
+    use crate::registry::FamilyId;
+    use proptest::prelude::*;
+
+    fn change(keys: &Keys, i: usize, bytes: usize) -> Change {
+        let key = keys.key(FamilyId::VideoDetail, &[&format!("v{i}")]);
+        if bytes == 0 { Change::Delete(key) } else { Change::Put(Op { key, value: Value::String("x".repeat(bytes)) }) }
+    }
+
+    #[test]
+    fn a_change_above_the_budget_goes_alone_and_small_ones_fill_runs() {
+        let keys = Keys::new("app:");
+        let budget = TxBudget { max_keys: 3, max_cost: 10_000 };
+        let changes: Vec<Change> =
+            [100, 100, 0, 100, 50_000, 100].iter().enumerate().map(|(i, &b)| change(&keys, i, b)).collect();
+        let sizes: Vec<usize> = budget.cut(&changes).iter().map(|run| run.len()).collect();
+        // Three keys fill the first run (the key limit), the big put runs
+        // alone, then what is left.
+        assert_eq!(sizes, vec![3, 1, 1, 1]);
+        assert!(budget.cut(&[]).is_empty());
+    }
+
+    proptest! {
+        /// Cutting keeps every change, in order, and each run of more than
+        /// one change fits the budget.
+        #[test]
+        fn runs_keep_order_and_fit_the_budget(
+            sizes in proptest::collection::vec(0usize..20_000, 0..200),
+            max_keys in 1usize..50,
+            max_cost in 1usize..60_000,
+        ) {
+            let keys = Keys::new("app:");
+            let changes: Vec<Change> = sizes.iter().enumerate().map(|(i, &b)| change(&keys, i, b)).collect();
+            let budget = TxBudget { max_keys, max_cost };
+            let runs = budget.cut(&changes);
+            let rejoined: Vec<Change> = runs.iter().flat_map(|run| run.iter().cloned()).collect();
+            prop_assert_eq!(&rejoined, &changes);
+            for run in &runs {
+                prop_assert!(!run.is_empty());
+                let cost: usize = run.iter().map(Change::cost).sum();
+                prop_assert!(run.len() == 1 || (run.len() <= max_keys && cost <= max_cost));
+            }
+        }
+    }
 }

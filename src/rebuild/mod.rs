@@ -16,7 +16,7 @@ use crate::keys::Keys;
 use crate::keys::status::StatusKeys;
 use crate::model::catalog::Catalog;
 use crate::model::report::{CollectionReport, RefReport};
-use crate::plan::{self, FamilySet, Op, PlanCtx};
+use crate::plan::{self, FamilySet, Op, PlanCtx, TxBudget};
 use crate::progress::Progress;
 use crate::sink::{self, Fence, Lease, LeaseError, Sink, SinkError};
 use crate::source::{Source, SourceError};
@@ -155,15 +155,14 @@ pub fn plan_ctx(cfg: &Config, families: FamilySet) -> PlanCtx {
 /// goes alone (a key's replace is never cut).
 pub struct Batcher {
     tx: mpsc::Sender<Vec<Op>>,
-    max_ops: usize,
-    max_cost: usize,
+    budget: TxBudget,
     current: Vec<Op>,
     cost: usize,
 }
 
 impl Batcher {
     pub fn new(tx: mpsc::Sender<Vec<Op>>, max_ops: usize, max_cost: usize) -> Batcher {
-        Batcher { tx, max_ops, max_cost, current: Vec::new(), cost: 0 }
+        Batcher { tx, budget: TxBudget { max_keys: max_ops, max_cost }, current: Vec::new(), cost: 0 }
     }
 
     /// Queues ops; returns false once the writer has stopped (it failed,
@@ -172,12 +171,14 @@ impl Batcher {
         for op in ops {
             let cost = op.cost();
             // A key that would take the batch past its budget starts the next.
-            if !self.current.is_empty() && self.cost + cost > self.max_cost && !self.flush().await {
+            if !self.budget.admits(self.current.len(), self.cost, cost) && !self.flush().await {
                 return false;
             }
             self.cost += cost;
             self.current.push(op);
-            if (self.current.len() >= self.max_ops || self.cost >= self.max_cost) && !self.flush().await {
+            // A full batch goes now rather than with the next key.
+            let full = self.current.len() >= self.budget.max_keys || self.cost >= self.budget.max_cost;
+            if full && !self.flush().await {
                 return false;
             }
         }

@@ -19,9 +19,9 @@ impl Sink {
         Ok(values.into_iter().collect())
     }
 
-    /// Applies the watcher's last changes of a batch and saves its resume
-    /// tokens in one transaction: the tokens move exactly when those
-    /// writes land. With `clear_pending`, the pending scopes are cleared in
+    /// Applies the watcher's last run of changes of a batch and saves its
+    /// resume tokens in one transaction: the tokens move exactly when
+    /// those writes land (the batch's other runs landed before). With `clear_pending`, the pending scopes are cleared in
     /// the same transaction. A cluster cannot hold these keys in one
     /// transaction: there the writes land first, then the tokens, then the
     /// pending scopes are cleared; a crash in between replays events or

@@ -23,8 +23,8 @@ pub use metrics::WatchMetrics;
 
 use crate::config::Config;
 use crate::keys::status::StatusKeys;
-use crate::plan::FamilySet;
 use crate::plan::PlanCtx;
+use crate::plan::{Change, FamilySet, TxBudget};
 use crate::progress::Progress;
 use crate::rebuild::{RebuildOptions, RunError, plan_ctx, rebuild_with_retries};
 use crate::sink::{Fence, Lease, LeaseError, Sink, SinkError};
@@ -112,9 +112,6 @@ impl Drop for AbortOnDrop {
         }
     }
 }
-
-/// Changes per MULTI/EXEC.
-const CHANGES_PER_TX: usize = 500;
 
 enum Restart {
     /// Streams failed; reopen them from the saved tokens.
@@ -498,15 +495,19 @@ impl Engine<'_> {
             }
         };
         let plan = plan::plan_batch(state, &applied, &plan::RedisView { categories, details }, self.ctx);
+        let budget = TxBudget { max_keys: self.cfg.write_batch_ops, max_cost: self.sink.batch_cost(self.cfg) };
         let written = async {
             if !plan.changes.is_empty() {
                 self.sink.add_pending(self.status, &plan.scopes.to_members()).await?;
             }
-            for chunk in plan.changes.chunks(CHANGES_PER_TX) {
-                self.sink.apply_changes(chunk).await?;
-            }
+            self.apply_runs(budget.cut(&plan.changes)).await?;
+            // The videos' own keys go after every key that indexes them;
+            // their last run carries the tokens (see `BatchPlan::last`).
+            let mut last = budget.cut(&plan.last);
+            let with_tokens = last.pop().unwrap_or_default();
+            self.apply_runs(last).await?;
             let clear = !state.catching_up;
-            self.sink.apply_changes_and_save_tokens(&plan.last, self.status, tokens, clear).await
+            self.sink.apply_changes_and_save_tokens(with_tokens, self.status, tokens, clear).await
         }
         .await;
         match written {
@@ -520,6 +521,20 @@ impl Engine<'_> {
                 Err(err.into())
             }
         }
+    }
+
+    /// Writes runs of changes that may land in any order, as many at once
+    /// as the rebuild writes batches.
+    async fn apply_runs(&self, runs: Vec<&[Change]>) -> Result<(), SinkError> {
+        use futures::{StreamExt, TryStreamExt};
+        // Collected first: a lazy map over borrowed runs trips the
+        // compiler's `Send` check where the watcher is spawned.
+        let sends: Vec<_> = runs.into_iter().map(|run| self.sink.apply_changes(run)).collect();
+        futures::stream::iter(sends)
+            .buffer_unordered(self.cfg.write_concurrency.max(1))
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
     }
 }
 

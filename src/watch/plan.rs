@@ -28,10 +28,11 @@ pub struct BatchPlan {
     /// The keys of the scopes the batch touched, in any order.
     pub changes: Vec<Change>,
     /// The touched videos' own keys (`video:detail`, `video:categories`),
-    /// written last, in one transaction with the resume tokens: once they
-    /// are in Redis, every key that indexes those videos is too, and the
-    /// batch is saved. A replay after a partial write sees them old and
-    /// recomputes what they index.
+    /// written after every other change, their last transaction with the
+    /// resume tokens: once one is in Redis, every key that indexes its
+    /// video is too, and once all are, the batch is saved. A replay after
+    /// a partial write sees the others old and recomputes what they
+    /// index.
     pub last: Vec<Change>,
     /// Tracked keys written, with the digest of catalogue values.
     pub written: Vec<(String, Option<u128>)>,

@@ -203,8 +203,12 @@ pub struct Applied {
     /// The catalogue before the batch, when the batch changed it.
     pub old_catalog: Option<Catalog>,
     old_catalog_docs: Option<Box<[IndexMap<IdKey, RawDocumentBuf>; 3]>>,
-    old_videos: Vec<(IdKey, Option<VideoState>)>,
-    old_owners: Vec<(String, Option<Vec<IdKey>>)>,
+    /// Each touched video document and written id's owners as they were
+    /// before the batch's first change to them. Maps, not lists: a batch
+    /// of 20,000 updates looked each one up in a list and spent seconds
+    /// there.
+    old_videos: HashMap<IdKey, Option<VideoState>>,
+    old_owners: HashMap<String, Option<Vec<IdKey>>>,
     /// Written ids of the videos the batch touched, with the index view
     /// and the active categories each had before it.
     pub videos: std::collections::BTreeMap<String, (Option<IndexView>, Vec<String>)>,
@@ -222,14 +226,10 @@ impl Applied {
     /// undoes both.
     pub fn absorb(&mut self, later: Applied) {
         for (key, old) in later.old_videos {
-            if !self.old_videos.iter().any(|(k, _)| *k == key) {
-                self.old_videos.push((key, old));
-            }
+            self.old_videos.entry(key).or_insert(old);
         }
         for (w, old) in later.old_owners {
-            if !self.old_owners.iter().any(|(k, _)| *k == w) {
-                self.old_owners.push((w, old));
-            }
+            self.old_owners.entry(w).or_insert(old);
         }
         for (w, before) in later.videos {
             self.videos.entry(w).or_insert(before);
@@ -341,8 +341,8 @@ impl State {
         let mut applied = Applied {
             old_catalog: None,
             old_catalog_docs: None,
-            old_videos: Vec::new(),
-            old_owners: Vec::new(),
+            old_videos: HashMap::new(),
+            old_owners: HashMap::new(),
             videos: Default::default(),
             channels: BTreeSet::new(),
             categories: BTreeSet::new(),
@@ -392,14 +392,10 @@ impl State {
     /// Records, once per batch, a video document and its written id's
     /// owners before it, and what the index families saw of that id.
     fn before_video(&mut self, key: &IdKey, raw_id: &Bson, applied: &mut Applied) {
-        if !applied.old_videos.iter().any(|(k, _)| k == key) {
-            applied.old_videos.push((key.clone(), self.videos.get(key).cloned()));
-        }
+        applied.old_videos.entry(key.clone()).or_insert_with(|| self.videos.get(key).cloned());
         let old_written = self.videos.get(key).and_then(|s| s.written.clone());
         for w in old_written.into_iter().chain(crate::model::id::written_id(raw_id)) {
-            if !applied.old_owners.iter().any(|(k, _)| *k == w) {
-                applied.old_owners.push((w.clone(), self.by_written.get(&w).cloned()));
-            }
+            applied.old_owners.entry(w.clone()).or_insert_with(|| self.by_written.get(&w).cloned());
             if !applied.videos.contains_key(&w) {
                 let cats = self.effective(&w).map(|v| State::active_categories(&self.catalog, v)).unwrap_or_default();
                 applied.videos.insert(w.clone(), (self.index_view(&w), cats));

@@ -151,6 +151,41 @@ impl Drop for Redis {
     }
 }
 
+/// `redis-cli MONITOR` on a (non-TLS) Redis: every command the server
+/// runs, in order, with the client that sent it.
+pub struct Monitor {
+    child: Child,
+    lines: std::thread::JoinHandle<Vec<String>>,
+}
+
+impl Monitor {
+    /// Starts monitoring and returns once the server confirmed it.
+    pub fn start(redis: &Redis) -> Monitor {
+        let bin = binary("redis-cli", "REDIS_CLI_BIN", "apt-get install -y redis-tools");
+        let mut child = Command::new(bin)
+            .args(["-p", &redis.port.to_string(), "MONITOR"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-cli MONITOR runs");
+        watchdog(child.id());
+        let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut first = String::new();
+        out.read_line(&mut first).expect("redis-cli MONITOR answers");
+        assert_eq!(first.trim(), "OK", "MONITOR refused: {first}");
+        let lines = std::thread::spawn(move || out.lines().map_while(Result::ok).collect());
+        Monitor { child, lines }
+    }
+
+    /// Stops monitoring and returns the lines seen, one per command.
+    pub fn stop(mut self) -> Vec<String> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.lines.join().expect("the MONITOR reader ends with its pipe")
+    }
+}
+
 pub struct Mongo {
     pub port: u16,
     dir: tempfile::TempDir,

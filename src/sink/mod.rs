@@ -383,6 +383,10 @@ impl Sink {
                     return Err(SinkError::Fenced { epoch: fence.epoch });
                 }
                 Err(err) if attempt < self.retry.attempts && is_retriable(&err) => {
+                    // The pooled connections went through the same cut or
+                    // restart: a retry that took the next of them would
+                    // fail again, so every retry starts on a new one.
+                    self.exclusive.lock().unwrap_or_else(|e| e.into_inner()).clear();
                     let delay = self.retry.delay(attempt);
                     tracing::warn!(attempt, delay_ms = delay.as_millis() as u64, error = %err, "fenced redis write failed, retrying");
                     tokio::time::sleep(delay).await;

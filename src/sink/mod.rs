@@ -295,10 +295,14 @@ impl Sink {
 
     /// The Redis cost one write batch may carry. `write_batch_cost` bounds
     /// what one Redis runs at once; a cluster cuts each batch into one
-    /// script per master, so its batches carry that budget per master.
+    /// script per master, so its batches carry that budget per master,
+    /// divided by what a script costs beyond the same commands in a
+    /// transaction (see [`cluster::SCRIPT_COST_FACTOR`]).
     pub fn batch_cost(&self, cfg: &Config) -> usize {
         match &self.conn {
-            RedisConn::Cluster(router) => cfg.write_batch_cost.saturating_mul(router.masters().len().max(1)),
+            RedisConn::Cluster(router) => {
+                cfg.write_batch_cost.saturating_mul(router.masters().len().max(1)) / cluster::SCRIPT_COST_FACTOR
+            }
             _ => cfg.write_batch_cost,
         }
     }

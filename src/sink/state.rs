@@ -21,8 +21,9 @@ impl Sink {
 
     /// Applies the watcher's last run of changes of a batch and saves its
     /// resume tokens in one transaction: the tokens move exactly when
-    /// those writes land (the batch's other runs landed before). With `clear_pending`, the pending scopes are cleared in
-    /// the same transaction. A cluster cannot hold these keys in one
+    /// those writes land (the batch's other runs landed before). With
+    /// `clear_pending`, the pending scopes are cleared in the same
+    /// transaction. A cluster cannot hold these keys in one
     /// transaction: there the writes land first, then the tokens, then the
     /// pending scopes are cleared; a crash in between replays events or
     /// redoes scopes, both idempotent.

@@ -224,3 +224,44 @@ async fn keys_that_are_not_utf8_break_nothing() {
     let dump = common::dump(&s.redis.url(), &cfg.prefix).await;
     assert_eq!(common::render_dump(&dump, &cfg.prefix), common::expected_render(&cfg).await);
 }
+
+/// A cut kills every pooled fenced connection at once. The write after it
+/// must start on a new connection, not retry through the dead ones: with
+/// twelve in the pool and five attempts, it used to run out of attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_write_after_a_cut_does_not_retry_through_dead_pooled_connections() {
+    use cachewright::keys::{Keys, status::StatusKeys};
+    use cachewright::plan::{Op, Value};
+    use cachewright::registry::FamilyId;
+    use cachewright::sink::Sink;
+    let s = common::shared();
+    let proxy = Proxy::start(s.redis.port).await;
+    let name = common::unique("fencepool");
+    let direct = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    let cfg = Config { redis_url: proxy.redis_url(), ..direct.clone() };
+    let keys = Keys::new(cfg.prefix.clone());
+    let op = |i: usize| Op {
+        key: keys.key(FamilyId::VideoDetail, &[&format!("v{i}")]),
+        value: Value::String(i.to_string()),
+    };
+    // The lease on a direct connection: only the writes cross the proxy.
+    let status = StatusKeys::new(cfg.status_prefix.clone());
+    let lease =
+        Lease::acquire(common::redis_conn(&s.redis.url()).await, &status, Duration::from_secs(60)).await.unwrap();
+    let sink = Sink::connect(&cfg).await.unwrap().fenced(lease.fence()).await.unwrap();
+    // Twelve writes polled together all find the pool empty, so each opens
+    // (and then pools) a watched connection of its own.
+    let ops: Vec<Op> = (0..12).map(op).collect();
+    futures::future::try_join_all(ops.iter().map(|o| sink.write(std::slice::from_ref(o)))).await.unwrap();
+    let pooled = proxy.connections_open();
+    assert!(pooled >= 12, "{pooled} connections open through the proxy");
+
+    proxy.cut(false);
+    wait_until(10, "the proxy closed every connection", || async { proxy.connections_open() == 0 }).await;
+    let accepted = proxy.connections_accepted();
+    sink.write(&[op(99)]).await.expect("the write after the cut lands on a new connection");
+    assert!(proxy.connections_accepted() > accepted, "the write went out on a new connection");
+    let key = keys.key(FamilyId::VideoDetail, &["v99"]).text;
+    assert_eq!(get(&s.redis.url(), &key).await.as_deref(), Some("99"));
+    lease.release().await;
+}

@@ -21,6 +21,8 @@ struct State {
     /// Bytes from clients, forwarded or held.
     from_clients: AtomicU64,
     accepted: AtomicU64,
+    /// Connections forwarding now (closed ones are gone from it).
+    open: AtomicU64,
 }
 
 pub struct Proxy {
@@ -42,6 +44,7 @@ impl Proxy {
             stall_on: std::sync::Mutex::new(None),
             from_clients: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
+            open: AtomicU64::new(0),
         });
         let task = {
             let state = state.clone();
@@ -111,6 +114,10 @@ impl Proxy {
     pub fn connections_accepted(&self) -> u64 {
         self.state.accepted.load(Ordering::SeqCst)
     }
+
+    pub fn connections_open(&self) -> u64 {
+        self.state.open.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for Proxy {
@@ -125,6 +132,7 @@ async fn connection(client: TcpStream, state: Arc<State>) {
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let born = *state.generation.borrow();
+    state.open.fetch_add(1, Ordering::SeqCst);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
     let up = pump(client_read, server_write, state.clone(), born, true);
@@ -133,6 +141,7 @@ async fn connection(client: TcpStream, state: Arc<State>) {
         _ = up => {}
         _ = down => {}
     }
+    state.open.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// Copies one direction until EOF, an error, or a cut.

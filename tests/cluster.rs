@@ -162,7 +162,7 @@ async fn a_lost_epoch_copy_is_restored_by_the_current_writer_only() {
     // A batch is cut into one script per master, so it carries the
     // transaction budget once per master, at a script's cost.
     let factor = cachewright::sink::cluster::SCRIPT_COST_FACTOR;
-    assert_eq!(sink.batch_cost(&cfg), 3 * cfg.write_batch_cost / factor);
+    assert_eq!(sink.tx_budget(&cfg).max_cost, 3 * cfg.write_batch_cost / factor);
     let lease_a = Lease::acquire(sink.connection(), &status, ttl).await.unwrap();
     let a = sink.clone().fenced(lease_a.fence()).await.unwrap();
     a.write(&[op("before")]).await.expect("the leader writes");

@@ -88,10 +88,10 @@ pub async fn run(cfg: &Config, resp_dir: Option<&std::path::Path>) -> super::Dev
     }
     let started = Instant::now();
     let (tx, rx) = tokio::sync::mpsc::channel(16);
-    let batch_cost = sink.batch_cost(cfg);
+    let budget = sink.tx_budget(cfg);
     let writer =
         tokio::spawn(run_writer(Some(sink), rx, cfg.write_concurrency, None, crate::plan::FamilySet::of([]), |_| {}));
-    let mut batcher = Batcher::new(tx, cfg.write_batch_ops, batch_cost);
+    let mut batcher = Batcher::new(tx, budget);
     let n_ops = ops.len() as u64;
     batcher.send(ops).await;
     batcher.flush().await;

@@ -129,6 +129,11 @@ impl TxBudget {
         keys == 0 || (keys < self.max_keys && so_far + cost <= self.max_cost)
     }
 
+    /// Whether a batch of `keys` keys costing `cost` takes no more.
+    pub fn is_full(&self, keys: usize, cost: usize) -> bool {
+        keys >= self.max_keys || cost >= self.max_cost
+    }
+
     /// `changes` cut, in order, into runs that each fit the budget.
     pub fn cut<'a>(&self, changes: &'a [Change]) -> Vec<&'a [Change]> {
         let mut runs = Vec::new();

@@ -161,8 +161,8 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    pub fn new(tx: mpsc::Sender<Vec<Op>>, max_ops: usize, max_cost: usize) -> Batcher {
-        Batcher { tx, budget: TxBudget { max_keys: max_ops, max_cost }, current: Vec::new(), cost: 0 }
+    pub fn new(tx: mpsc::Sender<Vec<Op>>, budget: TxBudget) -> Batcher {
+        Batcher { tx, budget, current: Vec::new(), cost: 0 }
     }
 
     /// Queues ops; returns false once the writer has stopped (it failed,
@@ -177,8 +177,7 @@ impl Batcher {
             self.cost += cost;
             self.current.push(op);
             // A full batch goes now rather than with the next key.
-            let full = self.current.len() >= self.budget.max_keys || self.cost >= self.budget.max_cost;
-            if full && !self.flush().await {
+            if self.budget.is_full(self.current.len(), self.cost) && !self.flush().await {
                 return false;
             }
         }
@@ -308,7 +307,7 @@ async fn run_pipeline(
     };
 
     let (tx, rx) = mpsc::channel::<Vec<Op>>(16);
-    let batch_cost = sink.batch_cost(cfg);
+    let budget = sink.tx_budget(cfg);
     let write_stage = Arc::new(progress.stage("writing ops", 0));
     let writer = {
         let stage = write_stage.clone();
@@ -331,7 +330,7 @@ async fn run_pipeline(
                 let (catalog, ctx) = (catalog.clone(), ctx.clone());
                 tokio::task::spawn_blocking(move || plan::plan_catalog(&catalog, &ctx)).await?
             };
-            let mut batcher = Batcher::new(tx.clone(), cfg.write_batch_ops, batch_cost);
+            let mut batcher = Batcher::new(tx.clone(), budget);
             let _ = batcher.send(ops).await && batcher.flush().await;
             let mut refs = refs;
             refs.merge(&plan_refs);
@@ -341,15 +340,7 @@ async fn run_pipeline(
             if !opts.families.needs_videos() {
                 return Ok(None);
             }
-            videos::read_videos(
-                &source,
-                cfg,
-                ctx.clone(),
-                Batcher::new(tx.clone(), cfg.write_batch_ops, batch_cost),
-                progress,
-            )
-            .await
-            .map(Some)
+            videos::read_videos(&source, cfg, ctx.clone(), Batcher::new(tx.clone(), budget), progress).await.map(Some)
         };
         let (catalog_part, video_part) = tokio::try_join!(catalog_side, video_side)?;
         let (catalog, reports, mut refs) = catalog_part;
@@ -365,7 +356,7 @@ async fn run_pipeline(
                 tokio::task::spawn_blocking(move || plan::video::plan_indexes(&index, &catalog, &ctx)).await?
             };
             refs.merge(&index_refs);
-            let mut batcher = Batcher::new(tx.clone(), cfg.write_batch_ops, batch_cost);
+            let mut batcher = Batcher::new(tx.clone(), budget);
             let _ = batcher.send(ops).await && batcher.flush().await;
         }
         Ok::<_, RunError>((collections, refs, videos_indexed))
@@ -439,7 +430,7 @@ mod tests {
         let keys = Keys::new("app:");
         let (tx, mut rx) = mpsc::channel(64);
         const BATCH_COST: usize = 400_000;
-        let mut batcher = Batcher::new(tx, 1000, BATCH_COST);
+        let mut batcher = Batcher::new(tx, TxBudget { max_keys: 1000, max_cost: BATCH_COST });
         let small: Vec<Op> = (0..400).map(|i| detail(&keys, i, 800)).collect();
         assert!(batcher.send(small).await);
         assert!(batcher.send(vec![detail(&keys, 9999, BATCH_COST * 2)]).await);

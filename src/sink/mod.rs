@@ -293,18 +293,20 @@ impl Sink {
         self.conn.is_cluster()
     }
 
-    /// The Redis cost one write batch may carry. `write_batch_cost` bounds
+    /// What one write batch (the rebuild's or the watcher's) may carry:
+    /// `write_batch_ops` keys and a Redis cost. `write_batch_cost` bounds
     /// what one Redis runs at once; a cluster cuts each batch into one
     /// script per master, so its batches carry that budget per master,
     /// divided by what a script costs beyond the same commands in a
     /// transaction (see [`cluster::SCRIPT_COST_FACTOR`]).
-    pub fn batch_cost(&self, cfg: &Config) -> usize {
-        match &self.conn {
+    pub fn tx_budget(&self, cfg: &Config) -> crate::plan::TxBudget {
+        let max_cost = match &self.conn {
             RedisConn::Cluster(router) => {
                 cfg.write_batch_cost.saturating_mul(router.masters().len().max(1)) / cluster::SCRIPT_COST_FACTOR
             }
             _ => cfg.write_batch_cost,
-        }
+        };
+        crate::plan::TxBudget { max_keys: cfg.write_batch_ops, max_cost }
     }
 
     pub fn with_retry(mut self, retry: RetryPolicy) -> Sink {

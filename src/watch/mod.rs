@@ -24,7 +24,7 @@ pub use metrics::WatchMetrics;
 use crate::config::Config;
 use crate::keys::status::StatusKeys;
 use crate::plan::PlanCtx;
-use crate::plan::{Change, FamilySet, TxBudget};
+use crate::plan::{Change, FamilySet};
 use crate::progress::Progress;
 use crate::rebuild::{RebuildOptions, RunError, plan_ctx, rebuild_with_retries};
 use crate::sink::{Fence, Lease, LeaseError, Sink, SinkError};
@@ -495,7 +495,7 @@ impl Engine<'_> {
             }
         };
         let plan = plan::plan_batch(state, &applied, &plan::RedisView { categories, details }, self.ctx);
-        let budget = TxBudget { max_keys: self.cfg.write_batch_ops, max_cost: self.sink.batch_cost(self.cfg) };
+        let budget = self.sink.tx_budget(self.cfg);
         let written = async {
             if !plan.changes.is_empty() {
                 self.sink.add_pending(self.status, &plan.scopes.to_members()).await?;

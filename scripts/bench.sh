@@ -78,8 +78,14 @@ UNIT=exec; [ "$SETUP" = cluster ] && UNIT=eval
 resetstat() { for p in "${PORTS[@]}"; do redis-cli -p "$p" CONFIG RESETSTAT >/dev/null; done; }
 histogram() { for p in "${PORTS[@]}"; do redis-cli -p "$p" LATENCY HISTOGRAM "$UNIT"; done >"$1"; }
 # Redis's own percentiles of the unit (INFO latencystats, exact where the
-# histogram only gives power-of-two buckets), one line per master.
-percentiles() { for p in "${PORTS[@]}"; do redis-cli -p "$p" INFO latencystats | grep "_$UNIT:"; done >"$1"; }
+# histogram only gives power-of-two buckets), one line per master; and of
+# the adds and the rename, which a key too big for one unit is written
+# with outside any unit (a stage filled command by command, then renamed).
+percentiles() {
+  for p in "${PORTS[@]}"; do
+    redis-cli -p "$p" INFO latencystats | grep -E "_($UNIT|rpush|zadd|sadd|rename):"
+  done >"$1"
+}
 say "(c) full rebuild into an empty Redis"
 resetstat
 "$BIN" rebuild --summary-json "$OUT/rebuild.json" >"$OUT/rebuild.txt" 2>"$OUT/rebuild.log"
@@ -146,17 +152,24 @@ def reader(path, q):
         if "% <=" in line and float(line.split("%")[0]) >= q:
             return float(line.split()[2])
 print(f"{unit.upper()} p99 (LATENCY HISTOGRAM) empty: {exec_p99(f'{out}/exec-empty.txt')}; warm: {exec_p99(f'{out}/exec-warm.txt')}")
-def percentiles(path):
+def percentiles(path, command=unit):
     # The worst master's p50, p99 and p99.9 (percentiles of several
     # masters do not merge).
     worst = {}
     for line in open(path):
+        if not line.startswith(f"latency_percentiles_usec_{command}:"):
+            continue
         for part in line.strip().split(":", 1)[1].split(","):
             name, value = part.split("=")
             worst[name] = max(worst.get(name, 0.0), float(value) / 1000)
     return ", ".join(f"{name} {worst[name]:.2f} ms" for name in ("p50", "p99", "p99.9") if name in worst)
 for state in ["empty", "warm"]:
     print(f"{unit.upper()} {state:5} (INFO latencystats, worst master): {percentiles(f'{out}/percentiles-{state}.txt')}")
+for state in ["empty", "warm"]:
+    # Each add is bounded like a unit, inside one or filling a stage.
+    worst = {c: percentiles(f"{out}/percentiles-{state}.txt", c) for c in ("rpush", "zadd", "sadd", "rename")}
+    print(f"  one command, {state:5} p99:  " + ", ".join(
+        f"{c.upper()} {w.split('p99 ')[1].split(',')[0]}" for c, w in worst.items() if "p99 " in w))
 for name in ["idle", "busy"]:
     f = f"{out}/reader-{name}.txt"
     label = "idle" if name == "idle" else "during warm rebuild"

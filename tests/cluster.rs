@@ -160,8 +160,8 @@ async fn a_lost_epoch_copy_is_restored_by_the_current_writer_only() {
     let sink = Sink::connect(&cfg).await.unwrap();
     assert!(sink.is_cluster(), "REDIS_URL points at a cluster node: detected");
     // A batch is cut into one script per master, so it carries the
-    // transaction budget once per master, at a script's cost.
-    let factor = cachewright::sink::cluster::SCRIPT_COST_FACTOR;
+    // transaction budget once per master, at a script's share.
+    let factor = cachewright::sink::cluster::SCRIPT_BUDGET_DIVISOR;
     assert_eq!(sink.tx_budget(&cfg).max_cost, 3 * cfg.write_batch_cost / factor);
     let lease_a = Lease::acquire(sink.connection(), &status, ttl).await.unwrap();
     let a = sink.clone().fenced(lease_a.fence()).await.unwrap();

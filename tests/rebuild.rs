@@ -16,19 +16,39 @@ fn all() -> RebuildOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edge_cases_land_in_redis_exactly_as_the_golden_file_says() {
-    edge_cases_land_exactly(Setup::OneNode).await;
+    edge_cases_land_exactly(&Setup::OneNode.redis_url(), None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edge_cases_land_on_a_cluster_exactly_as_the_golden_file_says() {
-    edge_cases_land_exactly(Setup::Cluster).await;
+    edge_cases_land_exactly(&Setup::Cluster.redis_url(), None).await;
 }
 
-async fn edge_cases_land_exactly(setup: Setup) {
+/// With a unit budget this small every collection of more than one
+/// element is written in steps through a stage key; the result must be
+/// the same, byte for byte, and no stage may be left behind. A private
+/// Redis, so its command counts are this test's alone (the cluster's
+/// other tests here write no key big enough to be staged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edge_cases_written_in_steps_land_exactly_as_the_golden_file_says() {
+    let redis = common::servers::Redis::start();
+    edge_cases_land_exactly(&redis.url(), Some(2_500)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edge_cases_written_in_steps_on_a_cluster_land_exactly_as_the_golden_file_says() {
+    edge_cases_land_exactly(&Setup::Cluster.redis_url(), Some(5_000)).await;
+}
+
+async fn edge_cases_land_exactly(url: &str, unit_cost: Option<usize>) {
     let s = common::shared();
-    let url = setup.redis_url();
+    let url = url.to_string();
     let name = common::unique("golden");
-    let cfg = common::config(&s.mongo.uri(), &url, &name);
+    let mut cfg = common::config(&s.mongo.uri(), &url, &name);
+    let renames_before = command_calls(&url, "rename").await;
+    if let Some(cost) = unit_cost {
+        cfg.write_batch_cost = cost;
+    }
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     let summary = rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild");
     assert_eq!(summary.rejected_total(), 11);
@@ -46,6 +66,31 @@ async fn edge_cases_land_exactly(setup: Setup) {
         let base = cfg.ttl.get(Registry::get().family(family).tier) as i64;
         assert!(*ttl >= base - 5 && *ttl <= base + base / 10, "{key}: ttl {ttl}, tier {base}");
     }
+    assert_eq!(common::count_keys(&url, &format!("{}stage:*", cfg.status_prefix)).await, 0, "a stage left behind");
+    if unit_cost.is_some() {
+        let renames = command_calls(&url, "rename").await - renames_before;
+        assert!(renames >= 10, "only {renames} keys were written in steps");
+    }
+}
+
+/// How many times the servers behind `url` ran `command` (every master of
+/// a cluster), from `INFO commandstats`.
+async fn command_calls(url: &str, command: &str) -> u64 {
+    let nodes = match common::cluster_masters(url).await {
+        Some(masters) => masters.into_iter().map(|m| format!("redis://{m}")).collect(),
+        None => vec![url.to_string()],
+    };
+    let mut calls = 0;
+    for node in nodes {
+        let mut conn = common::redis_conn(&node).await;
+        let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await.expect("info");
+        let line = info.lines().find(|l| l.starts_with(&format!("cmdstat_{command}:")));
+        calls += line
+            .and_then(|l| l.split([':', ',']).find_map(|f| f.strip_prefix("calls=")))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    calls
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,4 +257,117 @@ async fn streaming_rebuild_writes_what_the_in_memory_planner_plans() {
             assert!(m.len() <= 3 && !m.is_empty(), "{key} has {}", m.len());
         }
     }
+}
+
+/// A stage lost between steps (deleted here by a saboteur, as a Redis
+/// restart or fail-over would lose it) is never renamed onto its key:
+/// a reader sees the key whole at every moment, old or new, and the
+/// write starts over on a new stage until it lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_stage_is_never_renamed_onto_its_key() {
+    let redis = common::servers::Redis::start();
+    lost_stages_are_never_renamed(&redis.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_stage_on_a_cluster_is_never_renamed_onto_its_key() {
+    lost_stages_are_never_renamed(&Setup::Cluster.redis_url()).await;
+}
+
+async fn lost_stages_are_never_renamed(url: &str) {
+    use cachewright::plan::{Op, Value};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let s = common::shared();
+    let name = common::unique("stage");
+    let mut cfg = common::config(&s.mongo.uri(), url, &name);
+    cfg.write_batch_cost = 20_000;
+    let sink = cachewright::sink::Sink::connect(&cfg).await.expect("redis reachable");
+    let key = cachewright::keys::Keys::new(cfg.prefix.clone()).key(FamilyId::VideoCategoryList, &["c1"]);
+    let value = |tag: &str| Value::List((0..3000).map(|i| format!("{tag}{i:04}")).collect::<Vec<_>>());
+    let (old, new) = (value("old"), value("new"));
+    let op = |value: &Value| Op { key: key.clone(), value: value.clone() };
+    sink.write(&[op(&old)]).await.expect("first write");
+
+    // Every stage of the key lives in the key's slot, on one node.
+    let slot = cachewright::sink::cluster::slot(key.text.as_bytes());
+    let nodes = match common::cluster_masters(url).await {
+        Some(masters) => masters.into_iter().map(|m| format!("redis://{m}")).collect(),
+        None => vec![url.to_string()],
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let lost = Arc::new(AtomicUsize::new(0));
+    let pattern = format!("{}stage:*", cfg.status_prefix);
+    let saboteur = {
+        let (stop, lost, nodes, pattern) = (stop.clone(), lost.clone(), nodes.clone(), pattern.clone());
+        tokio::spawn(async move {
+            let mut conns = Vec::new();
+            for node in &nodes {
+                conns.push(
+                    redis::Client::open(node.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap(),
+                );
+            }
+            while !stop.load(Ordering::Relaxed) && lost.load(Ordering::Relaxed) < 3 {
+                for conn in &mut conns {
+                    let stages: Vec<String> = if nodes.len() > 1 {
+                        let keys: Vec<String> = redis::cmd("CLUSTER")
+                            .arg("GETKEYSINSLOT")
+                            .arg(slot)
+                            .arg(100)
+                            .query_async(conn)
+                            .await
+                            .unwrap_or_default();
+                        keys.into_iter().filter(|k| k.starts_with(&pattern[..pattern.len() - 1])).collect()
+                    } else {
+                        redis::cmd("KEYS").arg(&pattern).query_async(conn).await.unwrap()
+                    };
+                    for stage in stages {
+                        let gone: usize = redis::cmd("UNLINK").arg(&stage).query_async(conn).await.unwrap_or(0);
+                        lost.fetch_add(gone, Ordering::Relaxed);
+                    }
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let reader = {
+        let (stop, url, text) = (stop.clone(), url.to_string(), key.text.clone());
+        let whole = [common::render::Content::from_value(&old), common::render::Content::from_value(&new)];
+        tokio::spawn(async move {
+            let mut conn = common::redis_conn(&url).await;
+            let mut reads = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let items: Vec<String> =
+                    redis::cmd("LRANGE").arg(&text).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
+                assert!(
+                    whole.contains(&common::render::Content::List(items.clone())),
+                    "a reader saw {} items, not a whole value",
+                    items.len()
+                );
+                reads += 1;
+            }
+            reads
+        })
+    };
+    // Writes alternate between two values until the saboteur has taken
+    // three stages; the last write must land whole.
+    let mut writes = 0;
+    while lost.load(Ordering::Relaxed) < 3 {
+        assert!(writes < 500, "the saboteur caught no stage in {writes} writes");
+        let next = if writes % 2 == 0 { &new } else { &old };
+        match sink.write(&[op(next)]).await {
+            Ok(()) | Err(cachewright::sink::SinkError::StageLost { .. }) => {}
+            Err(err) => panic!("write failed: {err}"),
+        }
+        writes += 1;
+    }
+    saboteur.await.expect("saboteur");
+    sink.write(&[op(&new)]).await.expect("a write after the saboteur stopped");
+    stop.store(true, Ordering::Relaxed);
+    let reads = reader.await.expect("the reader saw only whole values");
+    assert!(reads > 0);
+    let mut conn = common::redis_conn(url).await;
+    let items: Vec<String> = redis::cmd("LRANGE").arg(&key.text).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
+    assert_eq!(common::render::Content::List(items), common::render::Content::from_value(&new));
+    assert_eq!(common::count_keys(url, &pattern).await, 0, "a stage left behind");
 }

@@ -57,8 +57,25 @@ impl Value {
     pub fn cost(&self) -> usize {
         match self {
             Value::String(s) => s.len(),
-            Value::Set(m) | Value::List(m) => m.iter().map(|s| s.len() + ELEMENT_COST).sum(),
-            Value::Zset(m) => m.iter().map(|(_, s)| s.len() + 2 * ELEMENT_COST).sum(),
+            _ => (0..self.elements()).map(|i| self.element_cost(i)).sum(),
+        }
+    }
+
+    /// How many elements a collection holds as planned (a string: none).
+    pub fn elements(&self) -> usize {
+        match self {
+            Value::String(_) => 0,
+            Value::Set(m) | Value::List(m) => m.len(),
+            Value::Zset(m) => m.len(),
+        }
+    }
+
+    /// What writing element `i` of a collection costs (see [`Value::cost`]).
+    pub fn element_cost(&self, i: usize) -> usize {
+        match self {
+            Value::String(_) => 0,
+            Value::Set(m) | Value::List(m) => m[i].len() + ELEMENT_COST,
+            Value::Zset(m) => m[i].1.len() + 2 * ELEMENT_COST,
         }
     }
 }
@@ -80,6 +97,35 @@ impl Op {
 }
 
 impl Op {
+    /// Whether this key's replace is written in steps: a collection whose
+    /// replace costs more than one atomic unit may carry (`max_cost`). Its
+    /// elements then fill a stage key a step at a time, and one more step
+    /// renames the stage onto the key (see `sink::stage`).
+    pub fn is_staged(&self, max_cost: usize) -> bool {
+        !matches!(self.value, Value::String(_)) && self.cost() > max_cost
+    }
+
+    /// The elements of each step of a staged write, in order: every step
+    /// costs at most `max_cost` with its key and commands, and holds at
+    /// least one element.
+    pub fn steps(&self, max_cost: usize) -> Vec<std::ops::Range<usize>> {
+        let room = max_cost.saturating_sub(self.key.text.len() + KEY_COST);
+        let mut steps = Vec::new();
+        let (mut start, mut cost) = (0, 0);
+        for i in 0..self.value.elements() {
+            let this = self.value.element_cost(i);
+            if i > start && cost + this > room {
+                steps.push(start..i);
+                (start, cost) = (i, 0);
+            }
+            cost += this;
+        }
+        if start < self.value.elements() {
+            steps.push(start..self.value.elements());
+        }
+        steps
+    }
+
     pub fn tier(&self) -> Tier {
         Registry::get().family(self.key.family).tier
     }
@@ -244,7 +290,47 @@ mod tests {
         assert!(budget.cut(&[]).is_empty());
     }
 
+    #[test]
+    fn a_big_collection_is_written_in_steps_within_the_budget() {
+        let keys = Keys::new("app:");
+        let key = keys.key(FamilyId::VideoCategoryIndex, &["c1"]);
+        let members: Vec<(i64, String)> = (0..100).map(|i| (i, format!("v{i:02}"))).collect();
+        let op = Op { key, value: Value::Zset(members) };
+        // 100 members of 1,203 each; 10,000 leaves room for six after the
+        // key's own cost.
+        assert!(op.is_staged(10_000));
+        let steps = op.steps(10_000);
+        assert_eq!(steps.len(), 17);
+        assert_eq!(steps[0], 0..6);
+        assert_eq!(steps.last(), Some(&(96..100)));
+        assert!(!op.is_staged(op.cost()));
+        let string = Op { key: keys.key(FamilyId::TagAll, &[]), value: Value::String("x".repeat(50_000)) };
+        assert!(!string.is_staged(10_000), "a string is one command: never staged");
+    }
+
     proptest! {
+        /// The steps cover every element once, in order; each fits the
+        /// budget or holds a single element.
+        #[test]
+        fn steps_cover_the_elements_in_order(
+            lens in proptest::collection::vec(1usize..3_000, 1..300),
+            max_cost in 1usize..40_000,
+        ) {
+            let keys = Keys::new("app:");
+            let items: Vec<String> = lens.iter().map(|&n| "x".repeat(n)).collect();
+            let op = Op { key: keys.key(FamilyId::VideoCategoryList, &["c"]), value: Value::List(items) };
+            let steps = op.steps(max_cost);
+            let mut next = 0;
+            for step in &steps {
+                prop_assert_eq!(step.start, next);
+                prop_assert!(step.end > step.start);
+                let cost: usize = step.clone().map(|i| op.value.element_cost(i)).sum();
+                prop_assert!(step.len() == 1 || cost + op.key.text.len() + super::KEY_COST <= max_cost);
+                next = step.end;
+            }
+            prop_assert_eq!(next, lens.len());
+        }
+
         /// Cutting keeps every change, in order, and each run of more than
         /// one change fits the budget.
         #[test]

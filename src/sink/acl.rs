@@ -38,6 +38,9 @@ const READ: &[&str] = &[
     "smembers",
     "lrange",
     "zrange",
+    "llen",
+    "scard",
+    "zcard",
     "hgetall",
     "memory|usage",
     "subscribe",
@@ -51,7 +54,8 @@ const READ: &[&str] = &[
 ];
 
 /// What writers add: the replaces of the contract's key types inside
-/// `MULTI`/`EXEC`, `WATCH` for fencing, the lease's Lua scripts, job
+/// `MULTI`/`EXEC` (a big collection through a stage key and `RENAME`),
+/// `WATCH` for fencing, the lease's Lua scripts, job
 /// status hashes and counters, and progress messages.
 const WRITE: &[&str] = &[
     "set",
@@ -63,6 +67,7 @@ const WRITE: &[&str] = &[
     "smove",
     "rpush",
     "zadd",
+    "rename",
     "hset",
     "hincrby",
     "incr",
@@ -112,6 +117,7 @@ fn probes(cfg: &Config, access: Access) -> Vec<Probe> {
     let other = format!("{}cachewright-acl-probe:2", cfg.prefix);
     let status = StatusKeys::new(cfg.status_prefix.clone());
     let job = status.job("acl-probe");
+    let stage = format!("{}stage:acl-probe", cfg.status_prefix);
     let p = |args: &[&str]| Probe { args: args.iter().map(|a| a.to_string()).collect() };
     let mut all = vec![
         p(&["PING"]),
@@ -123,6 +129,9 @@ fn probes(cfg: &Config, access: Access) -> Vec<Probe> {
         p(&["SMEMBERS", &data]),
         p(&["LRANGE", &data, "0", "0"]),
         p(&["ZRANGE", &data, "0", "0"]),
+        p(&["LLEN", &data]),
+        p(&["SCARD", &data]),
+        p(&["ZCARD", &data]),
         p(&["MEMORY", "USAGE", &data]),
         p(&["HGETALL", &job]),
         p(&["GET", &status.rebuild_lock()]),
@@ -133,6 +142,7 @@ fn probes(cfg: &Config, access: Access) -> Vec<Probe> {
             p(&["SADD", &data, "x"]),
             p(&["SREM", &data, "x"]),
             p(&["RPUSH", &data, "x"]),
+            p(&["RENAME", &stage, &data]),
             p(&["ZADD", &data, "1", "x"]),
             p(&["EXPIRE", &data, "1"]),
             p(&["DEL", &data]),

@@ -104,6 +104,14 @@ pub fn probe_key(status_prefix: &str, slot: u16) -> String {
     slot_key(status_prefix, "lock:probe:", slot)
 }
 
+/// The name of a stage key under `status_prefix` for a key of slot
+/// `slot`: tagged into that slot, so the key and its stage share a slot
+/// (a cluster renames only within one), and named by `nonce`, so no two
+/// staged writes ever share one.
+pub fn stage_key(status_prefix: &str, slot: u16, nonce: u64) -> String {
+    slot_key(status_prefix, &format!("stage:{nonce:016x}:"), slot)
+}
+
 /// Runs one slot's part of a batch atomically: with a non-empty epoch in
 /// `ARGV[1]`, only while `KEYS[1]` (the slot's epoch copy) holds exactly
 /// that epoch. The slot's probe is among the keys (see [`probe_key`]).
@@ -188,14 +196,19 @@ for i = 2, #ARGV do
 end
 return left";
 
-/// How many times the Redis time of the same commands in a `MULTI`/`EXEC`
-/// a script takes: every argument becomes a Lua string, then a command
-/// argument again, and each command goes through `redis.call`. Measured
-/// at 58K on 3 masters with the masters never descheduled (`chrt -f`):
-/// a script carrying the whole per-master budget had `EVAL` p50 0.40 ms
-/// and p99 1.1–1.4 ms, where a transaction of that budget has p50 0.15 ms;
-/// half of it gave p50 0.21 ms and p99 0.52–0.97 ms.
-pub const SCRIPT_COST_FACTOR: usize = 2;
+/// What share of `write_batch_cost` one script may carry: a quarter.
+///
+/// - Half, because a script takes about twice the Redis time of the same
+///   commands in a `MULTI`/`EXEC`: every argument becomes a Lua string,
+///   then a command argument again, and each command goes through
+///   `redis.call`. Measured at 58K on 3 masters never descheduled (`chrt
+///   -f`): a script of the whole budget had `EVAL` p50 0.40 ms where a
+///   transaction of it has 0.15 ms; half of it, p50 0.21 ms.
+/// - Half again, because a script's tail is mostly its master waiting for
+///   a core, and masters often share cores (three on the two of the
+///   benchmark machine): at 500K, half the budget left `EVAL` p99 at
+///   1.37 ms, a quarter gives 0.61 ms, for a rebuild 11% longer.
+pub const SCRIPT_BUDGET_DIVISOR: usize = 4;
 
 /// What one group script may carry, in bytes plus [`ARG_COST`] per
 /// argument: about one master's share of a rebuild batch (whose cost is
@@ -403,6 +416,14 @@ mod tests {
             assert_eq!(slot(probe.as_bytes()), s, "{probe}");
         }
         assert_eq!(epoch_copy_key("cw:", 0), format!("cw:lock:epoch:slot:{{{}}}", tags()[0]));
+        // A stage shares its key's slot, even a key with a hash tag of its
+        // own (hostile ids may hold braces).
+        for key in ["app:video:category:list:c1", "app:video:tag:list:{x}:t", "app:video:list:home:c:{}"] {
+            let s = slot(key.as_bytes());
+            let stage = stage_key("cachewright:", s, 0xbeef);
+            assert_eq!(slot(stage.as_bytes()), s, "{stage}");
+            assert!(stage.starts_with("cachewright:stage:000000000000beef:{"), "{stage}");
+        }
         assert!(tags().iter().all(|t| !t.is_empty() && t.len() <= 6));
     }
 

@@ -12,6 +12,7 @@ mod pipeline;
 pub mod reporter;
 mod retry;
 mod router;
+mod stage;
 mod state;
 mod sweep;
 mod writer;
@@ -67,6 +68,11 @@ pub enum SinkError {
          lease; this instance stopped writing"
     )]
     Fenced { epoch: u64 },
+    #[error(
+        "writing {key} in steps failed {attempts} time(s): its stage key vanished before it was renamed onto the \
+         key (is Redis restarting or failing over?); the key still holds its previous value, whole"
+    )]
+    StageLost { key: String, attempts: u32 },
     #[error("stopped before the next batch: shutdown")]
     Stopped,
     #[error("scanning Redis keys failed after {attempts} attempt(s): {source}")]
@@ -83,6 +89,7 @@ impl SinkError {
             SinkError::Connect { cause: source, .. }
             | SinkError::Write { source, .. }
             | SinkError::Scan { source, .. } => is_retriable(source),
+            SinkError::StageLost { .. } => true,
             SinkError::LeaseLost
             | SinkError::Fenced { .. }
             | SinkError::Stopped
@@ -127,6 +134,10 @@ pub struct Sink {
     ttl: TierSeconds,
     jitter: f64,
     retry: RetryPolicy,
+    /// What one atomic unit may cost Redis: `write_batch_cost` for a
+    /// transaction, a script's share of it on a cluster. A collection
+    /// above it is written through a stage (see [`stage`]).
+    unit_cost: usize,
 }
 
 fn connect_error(cfg: &Config) -> impl Fn(redis::RedisError) -> SinkError + '_ {
@@ -243,7 +254,11 @@ impl Sink {
             ttl: cfg.ttl,
             jitter: cfg.ttl_jitter,
             retry: RetryPolicy::default(),
+            unit_cost: cfg.write_batch_cost,
         };
+        if sink.is_cluster() {
+            sink.unit_cost /= cluster::SCRIPT_BUDGET_DIVISOR;
+        }
         redis::cmd("PING").query_async::<()>(&mut sink.conn).await.map_err(connect_err)?;
         if sink.is_cluster() {
             sink.check_cluster(cfg)?;
@@ -296,13 +311,12 @@ impl Sink {
     /// What one write batch (the rebuild's or the watcher's) may carry:
     /// `write_batch_ops` keys and a Redis cost. `write_batch_cost` bounds
     /// what one Redis runs at once; a cluster cuts each batch into one
-    /// script per master, so its batches carry that budget per master,
-    /// divided by what a script costs beyond the same commands in a
-    /// transaction (see [`cluster::SCRIPT_COST_FACTOR`]).
+    /// script per master, so its batches carry that budget per master, at
+    /// a script's share of it (see [`cluster::SCRIPT_BUDGET_DIVISOR`]).
     pub fn tx_budget(&self, cfg: &Config) -> crate::plan::TxBudget {
         let max_cost = match &self.conn {
             RedisConn::Cluster(router) => {
-                cfg.write_batch_cost.saturating_mul(router.masters().len().max(1)) / cluster::SCRIPT_COST_FACTOR
+                cfg.write_batch_cost.saturating_mul(router.masters().len().max(1)) / cluster::SCRIPT_BUDGET_DIVISOR
             }
             _ => cfg.write_batch_cost,
         };
@@ -326,8 +340,14 @@ impl Sink {
 
     /// Writes one batch atomically (MULTI/EXEC), retrying retriable
     /// failures. A batch replaces whole keys, so sending it again is safe.
+    /// A key too big for one unit is written in steps first (see
+    /// [`stage`]; the batcher sends such a key alone).
     pub async fn write(&self, ops: &[Op]) -> Result<(), SinkError> {
-        self.send_with(|pipe| pipeline::add_ops(pipe, ops, &self.ttl, self.jitter, rand::random::<f64>)).await
+        let whole = self.write_staged_ops(ops).await?;
+        if whole.is_empty() && !ops.is_empty() {
+            return Ok(());
+        }
+        self.send_with(|pipe| pipeline::add_ops(pipe, whole, &self.ttl, self.jitter, rand::random::<f64>)).await
     }
 
     /// Sends the commands `body` adds as one idempotent atomic step, like
@@ -457,16 +477,18 @@ impl Sink {
     }
 
     /// Applies the watcher's changes in one transaction, retrying
-    /// retriable failures (every change is idempotent).
+    /// retriable failures (every change is idempotent); puts too big for
+    /// one unit go first, in steps (see [`stage`]).
     pub async fn apply_changes(&self, changes: &[crate::plan::Change]) -> Result<(), SinkError> {
-        if changes.is_empty() {
+        let rest = self.write_staged_changes(changes).await?;
+        if rest.is_empty() {
             return Ok(());
         }
-        self.send_with(|pipe| self.add_changes(pipe, changes)).await
+        self.send_with(|pipe| self.add_changes(pipe, rest)).await
     }
 
     /// Appends `changes` with this sink's TTLs and jitter to `pipe`.
-    fn add_changes(&self, pipe: &mut redis::Pipeline, changes: &[crate::plan::Change]) {
+    fn add_changes<'a>(&self, pipe: &mut redis::Pipeline, changes: impl IntoIterator<Item = &'a crate::plan::Change>) {
         pipeline::add_changes(pipe, changes, &self.ttl, self.jitter, rand::random::<f64>);
     }
 

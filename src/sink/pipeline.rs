@@ -33,9 +33,9 @@ pub fn build_commands(ops: &[Op], ttl: &TierSeconds, jitter: f64, uniform: impl 
 
 /// Appends the watcher's incremental changes (whole replacements and
 /// deletions) to `pipe`, whose frame applies them all at once.
-pub fn add_changes(
+pub fn add_changes<'a>(
     pipe: &mut redis::Pipeline,
-    changes: &[Change],
+    changes: impl IntoIterator<Item = &'a Change>,
     ttl: &TierSeconds,
     jitter: f64,
     mut uniform: impl FnMut() -> f64,
@@ -52,9 +52,9 @@ pub fn add_changes(
 
 /// Appends the commands that replace every key of `ops` whole (see
 /// [`build_pipeline`]) to `pipe`, which frames them.
-pub fn add_ops(
+pub fn add_ops<'a>(
     pipe: &mut redis::Pipeline,
-    ops: &[Op],
+    ops: impl IntoIterator<Item = &'a Op>,
     ttl: &TierSeconds,
     jitter: f64,
     mut uniform: impl FnMut() -> f64,
@@ -66,30 +66,37 @@ pub fn add_ops(
             Value::String(value) => {
                 pipe.cmd("SET").arg(key).arg(value).arg("EX").arg(seconds).ignore();
             }
-            Value::Set(members) => {
+            collection => {
                 pipe.cmd("UNLINK").arg(key).ignore();
-                for chunk in members.chunks(CHUNK) {
-                    pipe.cmd("SADD").arg(key).arg(chunk).ignore();
-                }
+                add_members(pipe, key, collection, 0..collection.elements());
                 pipe.cmd("EXPIRE").arg(key).arg(seconds).ignore();
             }
-            Value::List(items) => {
-                pipe.cmd("UNLINK").arg(key).ignore();
-                for chunk in items.chunks(CHUNK) {
-                    pipe.cmd("RPUSH").arg(key).arg(chunk).ignore();
-                }
-                pipe.cmd("EXPIRE").arg(key).arg(seconds).ignore();
+        }
+    }
+}
+
+/// Appends the adds of a collection's elements `range` to `key`
+/// (`SADD`, `RPUSH` or `ZADD`, at most [`CHUNK`] members each).
+pub fn add_members(pipe: &mut redis::Pipeline, key: &str, value: &Value, range: std::ops::Range<usize>) {
+    match value {
+        Value::String(_) => {}
+        Value::Set(members) => {
+            for chunk in members[range].chunks(CHUNK) {
+                pipe.cmd("SADD").arg(key).arg(chunk).ignore();
             }
-            Value::Zset(members) => {
-                pipe.cmd("UNLINK").arg(key).ignore();
-                for chunk in members.chunks(CHUNK) {
-                    let cmd = pipe.cmd("ZADD").arg(key);
-                    for (score, member) in chunk {
-                        cmd.arg(*score).arg(member);
-                    }
-                    cmd.ignore();
+        }
+        Value::List(items) => {
+            for chunk in items[range].chunks(CHUNK) {
+                pipe.cmd("RPUSH").arg(key).arg(chunk).ignore();
+            }
+        }
+        Value::Zset(members) => {
+            for chunk in members[range].chunks(CHUNK) {
+                let cmd = pipe.cmd("ZADD").arg(key);
+                for (score, member) in chunk {
+                    cmd.arg(*score).arg(member);
                 }
-                pipe.cmd("EXPIRE").arg(key).arg(seconds).ignore();
+                cmd.ignore();
             }
         }
     }

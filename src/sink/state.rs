@@ -52,8 +52,11 @@ impl Sink {
             self.send_with(saves).await?;
             return self.send_with(clear).await;
         }
+        // Keys written in steps land before the tokens move, like the
+        // batch's other runs.
+        let rest = self.write_staged_changes(changes).await?;
         self.send_with(|pipe| {
-            self.add_changes(pipe, changes);
+            self.add_changes(pipe, rest);
             saves(pipe);
             clear(pipe);
         })

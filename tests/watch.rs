@@ -623,7 +623,9 @@ fn transactions(lines: &[String], prefix: &str) -> Vec<std::collections::BTreeSe
 
 /// A backlog drained at once goes out in transactions bounded like the
 /// rebuild's (here 4 keys each), the videos' own keys after what indexes
-/// them, and the cache still equals a full rebuild.
+/// them; collections too big for one transaction (here above a budget of
+/// 6,000) go through a stage renamed onto the key; and the cache still
+/// equals a full rebuild.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backlog_goes_out_in_short_transactions_and_equals_a_full_rebuild() {
     let _serial = SERIAL.lock().await;
@@ -634,6 +636,7 @@ async fn a_backlog_goes_out_in_short_transactions_and_equals_a_full_rebuild() {
     let prefix = format!("w{name}");
     let mut cfg = config(&s.mongo.uri(), &redis.url(), &name, &prefix);
     cfg.write_batch_ops = 4;
+    cfg.write_batch_cost = 6_000;
     let mut d = data(&cfg, 31).await;
     d.seed().await;
     let watcher = start_streaming(&cfg).await;
@@ -655,5 +658,9 @@ async fn a_backlog_goes_out_in_short_transactions_and_equals_a_full_rebuild() {
     assert!(largest <= 4, "a transaction wrote {largest} keys: {:?}", written.iter().max_by_key(|k| k.len()));
     let batches = metrics.batches.load(std::sync::atomic::Ordering::Relaxed);
     assert!(written.len() > 2 * batches as usize, "{} data transactions for {batches} batches", written.len());
+    let stage = format!("\"{}stage:", cfg.status_prefix);
+    let renames = lines.iter().filter(|l| l.contains("\"RENAME\"") && l.contains(&stage)).count();
+    assert!(renames > 0, "no collection of the backlog went through a stage");
     assert_same_as_rebuild(&s.mongo.uri(), &redis.url(), &name, &prefix, 31).await;
+    assert_eq!(common::count_keys(&redis.url(), &format!("{}stage:*", cfg.status_prefix)).await, 0);
 }

@@ -91,6 +91,9 @@ start_cluster() {
   for port in "$@"; do
     port_open "$port" && die "port $port is taken by something that is not this benchmark's cluster"
     mkdir -p "$RUN_DIR/cluster-$port"
+    # The cluster keeps no data: a node table left by a stopped one would
+    # make the node refuse to join a new cluster.
+    rm -f "$RUN_DIR/cluster-$port/nodes.conf"
     redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
       --cluster-enabled yes --cluster-config-file nodes.conf --cluster-port $((port + 100)) \
       --dir "$RUN_DIR/cluster-$port" \
@@ -118,11 +121,17 @@ reader_port() {
   echo "$1"
 }
 
+# Stops the servers started under $RUN_DIR and waits until they exited
+# (a SecantusDB still closing holds its storage lock against a restart).
 stop_servers() {
-  local f
+  local f pid pids=()
   for f in "$RUN_DIR"/*.pid; do
     [ -e "$f" ] || continue
-    kill "$(cat "$f")" 2>/dev/null || true
+    pid=$(cat "$f")
+    kill "$pid" 2>/dev/null && pids+=("$pid")
     rm -f "$f"
+  done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   done
 }

@@ -315,7 +315,7 @@ settings! {
     }
     write_batch_cost: usize {
         env: "CACHEWRIGHT_WRITE_BATCH_COST", key: "write_batch_cost", default: "120000", shown: "",
-        help: "Redis cost one MULTI/EXEC (one script per master on a cluster) may carry: bytes + 2,000 per key + 600 per element (1,200 per sorted-set member)",
+        help: "Redis cost one MULTI/EXEC may carry (a script on a cluster: a quarter of it): bytes + 2,000 per key + 600 per element (1,200 per sorted-set member); a bigger collection goes through a stage key",
         hint: "use a positive number such as 120000",
     }
     write_concurrency: usize {

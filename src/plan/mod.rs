@@ -169,8 +169,8 @@ pub struct TxBudget {
 
 impl TxBudget {
     /// Whether a key costing `cost` joins a batch of `keys` keys costing
-    /// `so_far`. An empty batch takes any key: a key's replace is never
-    /// cut, so a key above the budget goes alone.
+    /// `so_far`. An empty batch takes any key, so a key above the budget
+    /// goes alone (the sink then writes it in steps, see [`Op::steps`]).
     pub fn admits(&self, keys: usize, so_far: usize, cost: usize) -> bool {
         keys == 0 || (keys < self.max_keys && so_far + cost <= self.max_cost)
     }

@@ -152,7 +152,8 @@ pub fn plan_ctx(cfg: &Config, families: FamilySet) -> PlanCtx {
 /// Redis (see [`crate::plan::Op::cost`]): Redis runs each MULTI/EXEC as
 /// one block that the site's readers wait behind, so the cost budget
 /// (`write_batch_cost`) is what keeps them short. A key above the budget
-/// goes alone (a key's replace is never cut).
+/// goes alone, and the sink writes it through a stage in bounded steps
+/// (see `sink::stage`).
 pub struct Batcher {
     tx: mpsc::Sender<Vec<Op>>,
     budget: TxBudget,

@@ -45,7 +45,7 @@ async fn edge_cases_land_exactly(url: &str, unit_cost: Option<usize>) {
     let url = url.to_string();
     let name = common::unique("golden");
     let mut cfg = common::config(&s.mongo.uri(), &url, &name);
-    let renames_before = command_calls(&url, "rename").await;
+    let renames_before = common::command_calls(&url, "rename").await;
     if let Some(cost) = unit_cost {
         cfg.write_batch_cost = cost;
     }
@@ -68,29 +68,9 @@ async fn edge_cases_land_exactly(url: &str, unit_cost: Option<usize>) {
     }
     assert_eq!(common::count_keys(&url, &format!("{}stage:*", cfg.status_prefix)).await, 0, "a stage left behind");
     if unit_cost.is_some() {
-        let renames = command_calls(&url, "rename").await - renames_before;
+        let renames = common::command_calls(&url, "rename").await - renames_before;
         assert!(renames >= 10, "only {renames} keys were written in steps");
     }
-}
-
-/// How many times the servers behind `url` ran `command` (every master of
-/// a cluster), from `INFO commandstats`.
-async fn command_calls(url: &str, command: &str) -> u64 {
-    let nodes = match common::cluster_masters(url).await {
-        Some(masters) => masters.into_iter().map(|m| format!("redis://{m}")).collect(),
-        None => vec![url.to_string()],
-    };
-    let mut calls = 0;
-    for node in nodes {
-        let mut conn = common::redis_conn(&node).await;
-        let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await.expect("info");
-        let line = info.lines().find(|l| l.starts_with(&format!("cmdstat_{command}:")));
-        calls += line
-            .and_then(|l| l.split([':', ',']).find_map(|f| f.strip_prefix("calls=")))
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    calls
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

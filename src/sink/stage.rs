@@ -25,7 +25,7 @@
 //! - A writer that dies mid-way leaves a stage no reader looks at; it
 //!   expires within [`STAGE_TTL`].
 
-use super::{Sink, SinkError, cluster, pipeline};
+use super::{RedisConn, Sink, SinkError, cluster, pipeline};
 use crate::plan::{Change, Op, Value};
 use std::collections::HashSet;
 use std::ops::Range;
@@ -129,18 +129,36 @@ impl Sink {
         }
     }
 
-    /// One attempt: `Ok(false)` when the stage was lost before the rename.
-    async fn try_staged(&self, op: &Op, stage: &str, steps: &[Range<usize>]) -> Result<bool, SinkError> {
-        let fill = fill(stage, &op.value, steps);
+    /// Sends a fill and returns the stage's size. On a cluster it goes in
+    /// one round trip to the master of the stage's slot (the routed path
+    /// sends one slot's commands one at a time); where that fails (the
+    /// slot moved or is moving), through the routed path, which follows
+    /// the cluster. A fill starts with `UNLINK`, so sending it again after
+    /// part of it landed is safe.
+    async fn send_fill(&self, fill: &redis::Pipeline, slot: u16) -> Result<usize, SinkError> {
+        if let RedisConn::Cluster(router) = &self.conn
+            && let Some(addr) = router.owner(Some(slot))
+            && let Ok(replies) = router.pipeline_on_node(&addr, fill).await
+            && let [reply] = replies.as_slice()
+            && let Ok(found) = redis::from_redis_value::<usize>(reply.clone())
+        {
+            return Ok(found);
+        }
         let conn = self.connection();
         let (found,): (usize,) = self
             .retry
             .run(|| {
-                let (fill, mut conn) = (&fill, conn.clone());
+                let mut conn = conn.clone();
                 async move { fill.query_async(&mut conn).await }
             })
             .await
             .map_err(|(attempts, source)| SinkError::Write { attempts, source })?;
+        Ok(found)
+    }
+
+    /// One attempt: `Ok(false)` when the stage was lost before the rename.
+    async fn try_staged(&self, op: &Op, stage: &str, steps: &[Range<usize>]) -> Result<bool, SinkError> {
+        let found = self.send_fill(&fill(stage, &op.value, steps), cluster::slot(stage.as_bytes())).await?;
         if found != size(&op.value) {
             return Ok(false);
         }

@@ -302,6 +302,26 @@ pub fn signal(pid: u32, sig: &str) {
     assert!(status.success(), "kill {sig} {pid} failed");
 }
 
+/// How many times the servers behind `url` ran `command` (every master of
+/// a cluster), from `INFO commandstats`.
+pub async fn command_calls(url: &str, command: &str) -> u64 {
+    let nodes = match cluster_masters(url).await {
+        Some(masters) => masters.into_iter().map(|m| format!("redis://{m}")).collect(),
+        None => vec![url.to_string()],
+    };
+    let mut calls = 0;
+    for node in nodes {
+        let mut conn = redis_conn(&node).await;
+        let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await.expect("info");
+        let line = info.lines().find(|l| l.starts_with(&format!("cmdstat_{command}:")));
+        calls += line
+            .and_then(|l| l.split([':', ',']).find_map(|f| f.strip_prefix("calls=")))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    calls
+}
+
 /// How many keys match `pattern`, over every master of a cluster.
 pub async fn count_keys(url: &str, pattern: &str) -> usize {
     let nodes = match cluster_masters(url).await {

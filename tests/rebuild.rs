@@ -271,10 +271,7 @@ async fn lost_stages_are_never_renamed(url: &str) {
 
     // Every stage of the key lives in the key's slot, on one node.
     let slot = cachewright::sink::cluster::slot(key.text.as_bytes());
-    let nodes = match common::cluster_masters(url).await {
-        Some(masters) => masters.into_iter().map(|m| format!("redis://{m}")).collect(),
-        None => vec![url.to_string()],
-    };
+    let nodes = common::node_urls(url).await;
     let stop = Arc::new(AtomicBool::new(false));
     let lost = Arc::new(AtomicUsize::new(0));
     let pattern = format!("{}stage:*", cfg.status_prefix);

@@ -123,6 +123,14 @@ pub async fn cluster_masters(url: &str) -> Option<Vec<String>> {
     Some(masters)
 }
 
+/// The URL of every master when `url` is a cluster node, else `url`.
+pub async fn node_urls(url: &str) -> Vec<String> {
+    match cluster_masters(url).await {
+        Some(masters) => masters.into_iter().map(|m| format!("redis://{m}")).collect(),
+        None => vec![url.to_string()],
+    }
+}
+
 /// A connection to one Redis or, when `url` is a cluster node, to the
 /// whole cluster (commands routed by key).
 pub async fn redis_conn(url: &str) -> cachewright::sink::RedisConn {
@@ -136,10 +144,7 @@ pub async fn redis_conn(url: &str) -> cachewright::sink::RedisConn {
 /// Every key under `prefix`, with contents and TTL (seconds, -1 = none),
 /// read from every master of a cluster.
 pub async fn dump(url: &str, prefix: &str) -> BTreeMap<String, (Content, i64)> {
-    let nodes = match cluster_masters(url).await {
-        Some(masters) => masters.into_iter().map(|m| format!("redis://{m}")).collect(),
-        None => vec![url.to_string()],
-    };
+    let nodes = node_urls(url).await;
     let mut out = BTreeMap::new();
     for node in nodes {
         out.append(&mut dump_node(&node, prefix).await);
@@ -305,10 +310,7 @@ pub fn signal(pid: u32, sig: &str) {
 /// How many times the servers behind `url` ran `command` (every master of
 /// a cluster), from `INFO commandstats`.
 pub async fn command_calls(url: &str, command: &str) -> u64 {
-    let nodes = match cluster_masters(url).await {
-        Some(masters) => masters.into_iter().map(|m| format!("redis://{m}")).collect(),
-        None => vec![url.to_string()],
-    };
+    let nodes = node_urls(url).await;
     let mut calls = 0;
     for node in nodes {
         let mut conn = redis_conn(&node).await;
@@ -324,10 +326,7 @@ pub async fn command_calls(url: &str, command: &str) -> u64 {
 
 /// How many keys match `pattern`, over every master of a cluster.
 pub async fn count_keys(url: &str, pattern: &str) -> usize {
-    let nodes = match cluster_masters(url).await {
-        Some(masters) => masters.into_iter().map(|m| format!("redis://{m}")).collect(),
-        None => vec![url.to_string()],
-    };
+    let nodes = node_urls(url).await;
     let mut count = 0;
     for node in nodes {
         let mut conn =

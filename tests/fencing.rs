@@ -249,11 +249,20 @@ async fn a_fenced_write_after_a_cut_does_not_retry_through_dead_pooled_connectio
     let lease =
         Lease::acquire(common::redis_conn(&s.redis.url()).await, &status, Duration::from_secs(60)).await.unwrap();
     let sink = Sink::connect(&cfg).await.unwrap().fenced(lease.fence()).await.unwrap();
-    // Twelve writes polled together all find the pool empty, so each opens
-    // (and then pools) a watched connection of its own.
+    // Twelve writes polled together find fewer than twelve pooled
+    // connections, so the others each open (and then pool) a watched
+    // connection of their own. One CI run ended its round with only seven
+    // open (the cause is not confirmed; a retriable error clears the pool,
+    // which would do it), so rounds go on until twelve are open.
     let ops: Vec<Op> = (0..12).map(op).collect();
-    futures::future::try_join_all(ops.iter().map(|o| sink.write(std::slice::from_ref(o)))).await.unwrap();
-    let pooled = proxy.connections_open();
+    let mut pooled = 0;
+    for _ in 0..5 {
+        futures::future::try_join_all(ops.iter().map(|o| sink.write(std::slice::from_ref(o)))).await.unwrap();
+        pooled = proxy.connections_open();
+        if pooled >= 12 {
+            break;
+        }
+    }
     assert!(pooled >= 12, "{pooled} connections open through the proxy");
 
     proxy.cut(false);

@@ -348,3 +348,45 @@ async fn lost_stages_are_never_renamed(url: &str) {
     assert_eq!(common::render::Content::List(items), common::render::Content::from_value(&new));
     assert_eq!(common::count_keys(url, &pattern).await, 0, "a stage left behind");
 }
+
+/// The same fault, placed exactly: the proxy holds the rename as it is
+/// sent, the test deletes the filled stage behind it, then lets the
+/// rename through. It finds no stage, the key keeps its old value whole,
+/// and the write starts over on a new stage and lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_lost_just_before_its_rename_leaves_the_key_whole_and_the_write_starts_over() {
+    use cachewright::plan::{Op, Value};
+    let s = common::shared();
+    let redis = common::servers::Redis::start();
+    let proxy = common::proxy::Proxy::start(redis.port).await;
+    let name = common::unique("stagecut");
+    let mut cfg = common::config(&s.mongo.uri(), &proxy.redis_url(), &name);
+    cfg.write_batch_cost = 20_000;
+    let sink = cachewright::sink::Sink::connect(&cfg).await.expect("redis reachable through the proxy");
+    let key = cachewright::keys::Keys::new(cfg.prefix.clone()).key(FamilyId::VideoCategoryList, &["c1"]);
+    let value = |tag: &str| (0..3000).map(|i| format!("{tag}{i:04}")).collect::<Vec<String>>();
+    let (old, new) = (value("old"), value("new"));
+    sink.write(&[Op { key: key.clone(), value: Value::List(old.clone()) }]).await.expect("first write");
+
+    proxy.stall_on(b"RENAME");
+    let write = {
+        let (sink, op) = (sink.clone(), Op { key: key.clone(), value: Value::List(new.clone()) });
+        tokio::spawn(async move { sink.write(&[op]).await })
+    };
+    proxy.wait_stalled().await;
+    let mut direct = common::redis_conn(&redis.url()).await;
+    let pattern = format!("{}stage:*", cfg.status_prefix);
+    let stages: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut direct).await.unwrap();
+    assert_eq!(stages.len(), 1, "the filled stage waits for its rename: {stages:?}");
+    let filled: usize = redis::cmd("LLEN").arg(&stages[0]).query_async(&mut direct).await.unwrap();
+    assert_eq!(filled, new.len());
+    let items: Vec<String> = redis::cmd("LRANGE").arg(&key.text).arg(0).arg(-1).query_async(&mut direct).await.unwrap();
+    assert_eq!(items, old, "the key is old and whole while its rename waits");
+    let _: usize = redis::cmd("UNLINK").arg(&stages[0]).query_async(&mut direct).await.unwrap();
+    proxy.resume();
+
+    write.await.unwrap().expect("the write starts over on a new stage and lands");
+    let items: Vec<String> = redis::cmd("LRANGE").arg(&key.text).arg(0).arg(-1).query_async(&mut direct).await.unwrap();
+    assert_eq!(items, new);
+    assert_eq!(common::count_keys(&redis.url(), &pattern).await, 0, "a stage left behind");
+}

@@ -314,11 +314,10 @@ impl Sink {
     /// script per master, so its batches carry that budget per master, at
     /// a script's share of it (see [`cluster::SCRIPT_BUDGET_DIVISOR`]).
     pub fn tx_budget(&self, cfg: &Config) -> crate::plan::TxBudget {
+        // One unit per master: `unit_cost` already holds a script's share.
         let max_cost = match &self.conn {
-            RedisConn::Cluster(router) => {
-                cfg.write_batch_cost.saturating_mul(router.masters().len().max(1)) / cluster::SCRIPT_BUDGET_DIVISOR
-            }
-            _ => cfg.write_batch_cost,
+            RedisConn::Cluster(router) => self.unit_cost.saturating_mul(router.masters().len().max(1)),
+            _ => self.unit_cost,
         };
         crate::plan::TxBudget { max_keys: cfg.write_batch_ops, max_cost }
     }

@@ -251,6 +251,7 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
         let n = events.len();
         let before = state_fingerprint(state);
         // The streams pass the load with the batch that reaches it.
+        state.replayed = state.catching_up;
         if *saved + n >= *loaded_at {
             state.catching_up = false;
         }
@@ -263,7 +264,7 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
             Some(landed) => {
                 let catching_up = state.catching_up;
                 if landed > 0 && !plan.changes.is_empty() {
-                    pending.extend(&plan.scopes);
+                    pending.extend(&plan.scopes.persisted());
                 }
                 for change in plan.changes.iter().take(landed) {
                     write(store, change);
@@ -285,7 +286,7 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
                     write(store, change);
                 }
                 if !plan.changes.is_empty() {
-                    pending.extend(&plan.scopes);
+                    pending.extend(&plan.scopes.persisted());
                 }
                 if !state.catching_up {
                     *pending = Scopes::default();
@@ -417,4 +418,96 @@ fn a_restart_after_deletes_while_down_removes_their_keys() {
         Step::Restart,
     ];
     run(initial, steps).unwrap();
+}
+
+/// A state of two categories with `n` active videos each, caught up with
+/// a cache the full plan wrote.
+fn two_categories(n: usize) -> (Mongo, State, Store) {
+    let cfg = config();
+    let ctx = plan_ctx(&cfg, FamilySet::all());
+    let mut mongo = Mongo::default();
+    for c in 0..2u8 {
+        mongo.apply(&Step::Put(Coll::Category, c, doc! { "name": format!("C{c}"), "seq": 1, "status": 1 }));
+        mongo.apply(&Step::Put(
+            Coll::Tag,
+            c,
+            doc! { "name": format!("T{c}"), "seq": 1, "status": 1, "categoryId": format!("c{c}") },
+        ));
+    }
+    mongo.apply(&Step::Put(Coll::Channel, 0, doc! { "name": "Ch", "landingUrl": "u", "categories": [{"id": "c1"}] }));
+    for i in 0..2 * n {
+        let c = i % 2;
+        let body = doc! { "_id": format!("w{i}"), "title": "x", "listStatus": 1, "categoryIds": [format!("c{c}")], "tagIds": [format!("t{c}")], "addedTime": DateTime::from_millis(i as i64) };
+        mongo.0[Coll::Video as usize].insert(format!("w{i}"), RawDocumentBuf::from_document(&body).unwrap());
+    }
+    let mut store = Store::new();
+    for op in mongo.full_plan(&cfg) {
+        write(&mut store, &Change::Put(op));
+    }
+    let mut state = mongo.load(&cfg);
+    state.existing = scan(&store, &ctx);
+    state.catching_up = false;
+    state.replayed = false;
+    (mongo, state, store)
+}
+
+/// Applies one batch of steps as the engine does, checks the result
+/// against a full rebuild, and gives the plan.
+fn one_batch(
+    mongo: &mut Mongo,
+    state: &mut State,
+    store: &mut Store,
+    steps: &[Step],
+) -> cachewright::watch::plan::BatchPlan {
+    let cfg = config();
+    let ctx = plan_ctx(&cfg, FamilySet::all());
+    let events: Vec<Event> = steps.iter().filter_map(|s| mongo.apply(s)).collect();
+    let applied = state.apply(events);
+    let view = redis_view(store, &ctx, applied.videos.keys().cloned());
+    let plan = plan_batch(state, &applied, &view, &ctx);
+    for change in plan.changes.iter().chain(&plan.last) {
+        write(store, change);
+    }
+    let mut expected = Store::new();
+    for op in mongo.full_plan(&cfg) {
+        write(&mut expected, &Change::Put(op));
+    }
+    assert!(render(store) == render(&expected), "the batch left the cache unlike a full rebuild");
+    state.commit(applied, &ctx.keys, &plan);
+    plan
+}
+
+#[test]
+fn a_batch_visits_only_the_members_of_the_scopes_it_touched() {
+    let n = 3_000;
+    let (mut mongo, mut state, mut store) = two_categories(n);
+    // An upload into c0: c0's members and the video, never c1's (c0 is
+    // in no channel, so no home section reads c1 either).
+    let upload = doc! { "title": "new", "listStatus": 1, "categoryIds": ["c0"], "tagIds": ["t0"], "addedTime": DateTime::from_millis(1 << 40) };
+    let plan = one_batch(&mut mongo, &mut state, &mut store, &[Step::Put(Coll::Video, 9, upload)]);
+    assert_eq!(plan.visited, n + 1, "c0's {n} videos and the upload, read once each");
+    // A status flip of one video in c1: c1's members, and c1's first
+    // 500 again for the channel's home section (visited once).
+    let flip = doc! { "title": "x", "listStatus": 0, "categoryIds": ["c1"], "tagIds": ["t1"] };
+    let plan = one_batch(&mut mongo, &mut state, &mut store, &[Step::Put(Coll::Video, 1, flip)]);
+    assert!(plan.visited <= n, "visited {} for a change in c1", plan.visited);
+}
+
+#[test]
+fn renaming_a_big_category_touches_its_catalogue_keys_only() {
+    let n = 9_000;
+    let (mut mongo, mut state, mut store) = two_categories(n);
+    let rename = doc! { "name": "Renamed", "seq": 1, "status": 1 };
+    let plan = one_batch(&mut mongo, &mut state, &mut store, &[Step::Put(Coll::Category, 0, rename)]);
+    assert_eq!(plan.visited, 0, "no video is visited for a rename");
+    assert!(plan.scopes.videos.is_empty() && plan.scopes.memberships.is_empty(), "{:?}", plan.scopes.memberships);
+    let written: Vec<&str> = plan.changes.iter().chain(&plan.last).map(|c| c.key().text.as_str()).collect();
+    assert!(written.iter().all(|k| !k.contains("video:")), "{written:?}");
+    // Turning it off rewrites its members' categories, and the pending
+    // record still names the category, not its 9,000 videos.
+    let off = doc! { "name": "Renamed", "seq": 1, "status": 0 };
+    let plan = one_batch(&mut mongo, &mut state, &mut store, &[Step::Put(Coll::Category, 0, off)]);
+    assert_eq!(plan.scopes.videos.len(), n);
+    let pending = plan.scopes.to_members();
+    assert!(pending.len() < 10 && pending.contains(&"cm:c0".to_string()), "{pending:?}");
 }

@@ -80,6 +80,11 @@ impl Value {
     }
 }
 
+/// What adding one member `m` to a set costs Redis (see [`Value::cost`]).
+pub fn set_member_cost(m: &str) -> usize {
+    m.len() + ELEMENT_COST
+}
+
 /// One planned write: the key and its new value. The TTL tier comes from
 /// the key's family.
 #[derive(Debug, Clone, PartialEq)]

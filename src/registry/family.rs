@@ -71,6 +71,34 @@ impl fmt::Display for FamilyId {
     }
 }
 
+/// What a family's keys are recomputed by when something changes, as the
+/// watcher files and expands them. `global`: the catalogue as a whole
+/// (its keys are re-planned from the catalogue and diffed); `video`: one
+/// video (its own keys, written with it); `category`, `tag`, `channel`:
+/// the entity its placeholder at the same position names, whose members
+/// a change recomputes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    Global,
+    Video,
+    Category,
+    Tag,
+    Channel,
+}
+
+impl Scope {
+    /// The placeholder a scope by entity binds; `None` for the others.
+    pub fn placeholder(self) -> Option<&'static str> {
+        match self {
+            Scope::Category => Some("categoryId"),
+            Scope::Tag => Some("tagId"),
+            Scope::Channel => Some("channelId"),
+            Scope::Global | Scope::Video => None,
+        }
+    }
+}
+
 /// The Redis type a family's keys hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]

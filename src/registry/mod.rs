@@ -8,7 +8,7 @@
 mod family;
 mod pattern;
 
-pub use family::{FamilyId, RedisType, Tier};
+pub use family::{FamilyId, RedisType, Scope, Tier};
 pub use pattern::{Pattern, Segment, SegmentKind};
 
 use serde::Deserialize;
@@ -30,6 +30,9 @@ pub struct Family {
     pub pattern: Pattern,
     pub redis_type: RedisType,
     pub tier: Tier,
+    /// What recomputes the family's keys (see [`Scope`]): by entity, the
+    /// n-th scope binds the n-th placeholder.
+    pub scope: Vec<Scope>,
     pub meaning: String,
     /// The value's shape, for the readers' docs.
     pub payload: String,
@@ -84,6 +87,8 @@ pub enum RegistryError {
     BadPattern { file: &'static str, name: String, reason: String },
     #[error("families `{0}` and `{1}` can match the same key")]
     Overlap(&'static str, &'static str),
+    #[error("{file}: family `{name}`: scope {reason}")]
+    BadScope { file: &'static str, name: String, reason: String },
     #[error("home section `{0}` is invalid: names are id segments and limits are positive")]
     BadSection(String),
 }
@@ -106,6 +111,7 @@ struct RawFamily {
     #[serde(rename = "type")]
     redis_type: RedisType,
     tier: Tier,
+    scope: Vec<Scope>,
     meaning: String,
     payload: String,
     invalidated_by: Vec<String>,
@@ -137,6 +143,11 @@ impl Registry {
                     name: raw.name.clone(),
                     reason,
                 })?;
+                check_scope(&raw.scope, &pattern).map_err(|reason| RegistryError::BadScope {
+                    file,
+                    name: raw.name.clone(),
+                    reason,
+                })?;
                 let slot = &mut slots[id as usize];
                 if slot.is_some() {
                     return Err(RegistryError::Duplicate(raw.name));
@@ -147,6 +158,7 @@ impl Registry {
                     pattern,
                     redis_type: raw.redis_type,
                     tier: raw.tier,
+                    scope: raw.scope,
                     meaning: raw.meaning,
                     payload: raw.payload,
                     invalidated_by: raw.invalidated_by,
@@ -192,6 +204,25 @@ impl Registry {
     }
 }
 
+/// A scope is `global` or `video` alone, or entities whose placeholders
+/// come first in the pattern, in the same order.
+fn check_scope(scope: &[Scope], pattern: &Pattern) -> Result<(), String> {
+    let by_entity = scope.iter().all(|s| s.placeholder().is_some());
+    match scope {
+        [] => return Err("is empty: declare what recomputes the keys".into()),
+        [Scope::Global | Scope::Video] => return Ok(()),
+        _ if !by_entity => return Err("mixes `global` or `video` with other scopes".into()),
+        _ => {}
+    }
+    let names: Vec<&str> = pattern.placeholders().map(|(name, _)| name).collect();
+    for (i, s) in scope.iter().enumerate() {
+        if names.get(i).copied() != s.placeholder() {
+            return Err(format!("{s:?} must bind placeholder {} `{{{}}}`", i + 1, s.placeholder().unwrap_or("")));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,7 +244,7 @@ mod tests {
             assert_eq!(family.id, *id);
             assert_eq!(family.pattern.to_string(), family.pattern.raw());
         }
-        let extra = "collection = \"x\"\n[[family]]\nname = \"x:y\"\npattern = \"x:y\"\ntype = \"string\"\ntier = \"count\"\nmeaning = \"m\"\npayload = \"p\"\ninvalidated_by = []\n";
+        let extra = "collection = \"x\"\n[[family]]\nname = \"x:y\"\npattern = \"x:y\"\ntype = \"string\"\ntier = \"count\"\nscope = [\"global\"]\nmeaning = \"m\"\npayload = \"p\"\ninvalidated_by = []\n";
         let err = Registry::load(&[("extra.toml", extra)]).unwrap_err();
         assert!(matches!(err, RegistryError::UnknownFamily { .. }), "{err}");
     }
@@ -246,6 +277,26 @@ mod tests {
         for family in Registry::get().families() {
             assert!(Tier::ALL.contains(&family.tier), "{}", family.name());
             assert!(!family.payload.is_empty() && !family.invalidated_by.is_empty(), "{} lacks docs", family.name());
+        }
+    }
+
+    #[test]
+    fn every_family_declares_its_scope() {
+        for family in Registry::get().families() {
+            assert!(!family.scope.is_empty(), "{} has no scope", family.name());
+        }
+        let with_video = |video: &str| {
+            let mut files: Vec<(&'static str, &str)> =
+                SPEC_FILES.iter().filter(|(f, _)| !f.ends_with("video.toml")).copied().collect();
+            files.push(("builders/video.toml", video));
+            Registry::load(&files).map(|_| ())
+        };
+        let video = include_str!("../../builders/video.toml");
+        let err = with_video(&video.replacen("scope = [\"video\"]\n", "", 1)).unwrap_err();
+        assert!(matches!(err, RegistryError::Parse { .. }) && err.to_string().contains("scope"), "{err}");
+        for (from, to) in [("[\"category\", \"tag\"]", "[\"tag\"]"), ("[\"channel\"]", "[\"global\", \"channel\"]")] {
+            let err = with_video(&video.replacen(from, to, 1)).unwrap_err();
+            assert!(matches!(err, RegistryError::BadScope { .. }), "{from} -> {to}: {err}");
         }
     }
 

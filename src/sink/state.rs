@@ -63,14 +63,18 @@ impl Sink {
         .await
     }
 
-    /// Records scopes a batch is about to write (see `cdc:pending`).
+    /// Records scopes a batch is about to write (see `cdc:pending`). The
+    /// members go as `SADD`s that each fit the transaction budget (a
+    /// script's arguments stay far below what Lua can unpack), one atomic
+    /// step each; all of them land before any of the batch's writes.
     pub async fn add_pending(&self, keys: &StatusKeys, members: &[String]) -> Result<(), SinkError> {
-        if members.is_empty() {
-            return Ok(());
+        // One key: one unit's share, on a cluster too.
+        for chunk in pending_chunks(members, self.unit_cost) {
+            let mut pipe = redis::pipe();
+            pipe.atomic().cmd("SADD").arg(keys.cdc_pending()).arg(chunk).ignore();
+            self.send(pipe).await?;
         }
-        let mut pipe = redis::pipe();
-        pipe.atomic().cmd("SADD").arg(keys.cdc_pending()).arg(members).ignore();
-        self.send(pipe).await
+        Ok(())
     }
 
     /// Forgets the resume tokens of `collections`.
@@ -114,6 +118,25 @@ impl Sink {
         };
         Ok(info_value(&info, field).map(str::to_string))
     }
+}
+
+/// `members` cut, in order, into chunks whose `SADD` costs at most
+/// `max_cost` (see [`crate::plan::Value::cost`]); each holds at least one.
+fn pending_chunks(members: &[String], max_cost: usize) -> Vec<&[String]> {
+    let mut chunks = Vec::new();
+    let (mut start, mut cost) = (0, 0);
+    for (i, m) in members.iter().enumerate() {
+        let this = crate::plan::set_member_cost(m);
+        if i > start && cost + this > max_cost {
+            chunks.push(&members[start..i]);
+            (start, cost) = (i, 0);
+        }
+        cost += this;
+    }
+    if start < members.len() {
+        chunks.push(&members[start..]);
+    }
+    chunks
 }
 
 /// The value of `field` in an INFO reply.
@@ -165,6 +188,19 @@ impl Sink {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn pending_members_are_cut_within_the_budget() {
+        let members: Vec<String> = (0..2_000).map(|i| format!("c:{i:024}")).collect();
+        let chunks = super::pending_chunks(&members, 30_000);
+        assert!(chunks.len() > 1);
+        assert_eq!(chunks.concat(), members, "every member once, in order");
+        for chunk in &chunks {
+            let cost: usize = chunk.iter().map(|m| crate::plan::set_member_cost(m)).sum();
+            assert!(cost <= 30_000 && chunk.len() < 8_000, "{} members cost {cost}", chunk.len());
+        }
+        assert!(super::pending_chunks(&[], 30_000).is_empty());
+    }
+
     #[test]
     fn info_fields_are_read_whole() {
         let info = "# Memory\r\nused_memory:1024\r\nused_memory_human:1K\r\nrun_id:abc\r\n";

@@ -6,6 +6,9 @@ use std::time::Duration;
 /// Counts and sample ids by (collection, reason).
 pub type Problems = std::collections::BTreeMap<(String, String), (u64, Vec<String>)>;
 
+/// Sample ids kept per problem.
+const MAX_SAMPLES: usize = 5;
+
 #[derive(Debug, Default)]
 pub struct WatchMetrics {
     /// Per applied batch, now − the newest event's cluster time (seconds).
@@ -26,6 +29,9 @@ pub struct WatchMetrics {
     pub lag_ms: AtomicU64,
     /// Video documents rejected while streaming (counted and skipped).
     pub rejected: AtomicU64,
+    /// Videos the batches' planning visited: the members of the scopes
+    /// they touched (never a walk over the whole catalogue).
+    pub visited_videos: AtomicU64,
     /// When the heartbeat was last written (unix seconds).
     pub last_heartbeat: AtomicU64,
     /// True once the streams are open and events are being applied.
@@ -65,11 +71,13 @@ impl WatchMetrics {
         self.streaming.load(Ordering::Relaxed)
     }
 
+    /// Counts a problem by collection and reason (a fixed label), keeping
+    /// the first few distinct sample ids.
     fn problem(&self, collection: &str, reason: String, id: String) {
         let mut problems = self.problems.lock().unwrap_or_else(|e| e.into_inner());
         let entry = problems.entry((collection.to_string(), reason)).or_default();
         entry.0 += 1;
-        if entry.1.len() < 5 {
+        if entry.1.len() < MAX_SAMPLES && !entry.1.contains(&id) {
             entry.1.push(id);
         }
     }
@@ -93,6 +101,11 @@ impl WatchMetrics {
             super::model::Coll::Video => "VideoMedia",
         };
         self.problem(name, format!("unusable change event: {reason}"), id.to_string());
+    }
+
+    /// Counts the videos a batch's planning visited.
+    pub fn visited(&self, n: usize) {
+        self.visited_videos.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Rejections and unusable events as JSON rows.
@@ -122,6 +135,9 @@ impl WatchMetrics {
             slot.fetch_add(n, Ordering::Relaxed);
         }
         if total == 0 {
+            // Only idle streams reported: nothing is waiting, the watcher
+            // is caught up (after a replay of old events too).
+            self.lag_ms.store(0, Ordering::Relaxed);
             return;
         }
         self.batches.fetch_add(1, Ordering::Relaxed);

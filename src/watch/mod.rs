@@ -13,6 +13,7 @@
 //! runs a full rebuild, and streams from that time, so no change falls in
 //! the gap and none is overwritten by older data.
 
+pub mod members;
 pub mod metrics;
 pub mod model;
 pub mod plan;
@@ -412,6 +413,7 @@ impl Engine<'_> {
             // Once every stream is past the load, the documents are no
             // longer ahead: this batch recomputes the scopes written
             // meanwhile, and they are clean again.
+            state.replayed = state.catching_up;
             if state.catching_up && catch_up.is_done() {
                 tracing::info!("change streams caught up with the loaded documents");
                 state.catching_up = false;
@@ -470,7 +472,7 @@ impl Engine<'_> {
         events: Vec<Event>,
         tokens: &[(&str, String)],
     ) -> Result<Vec<String>, WatchError> {
-        let mut applied = state.apply(events);
+        let mut applied = off_runtime(|| state.apply(events));
         // A repeated id whose first owner went away: the next owner was
         // loaded without its detail, so read it again.
         let missing: Vec<_> = applied.videos.keys().filter_map(|w| state.needs_detail(w)).collect();
@@ -494,7 +496,9 @@ impl Engine<'_> {
                 return Err(err.into());
             }
         };
-        let plan = plan::plan_batch(state, &applied, &plan::RedisView { categories, details }, self.ctx);
+        let view = plan::RedisView { categories, details };
+        let plan = off_runtime(|| plan::plan_batch(state, &applied, &view, self.ctx));
+        self.metrics.visited(plan.visited);
         let budget = self.sink.tx_budget(self.cfg);
         let written = async {
             if !plan.changes.is_empty() {
@@ -629,7 +633,7 @@ impl Batch {
                 // The event itself could not be used (too large, not
                 // decodable): the document is read again by its id.
                 tracing::warn!(collection = coll.name(&cfg.collections), reason = %reason, "change event unusable; reading the document again");
-                metrics.poison(coll, &crate::model::id::written_id(&id).unwrap_or_else(|| format!("{id}")), &reason);
+                metrics.poison(coll, &sample_id(&id), &reason);
                 self.lookups.push((coll, id));
                 self.per_collection[coll as usize] += 1;
                 self.tokens.insert(coll, token);
@@ -637,6 +641,13 @@ impl Batch {
         }
         None
     }
+}
+
+/// A document's id as a sample in metrics and status: its written id,
+/// or for an unusable one only its BSON type, never the value (which may
+/// be any document).
+fn sample_id(id: &mongodb::bson::Bson) -> String {
+    crate::model::id::written_id(id).unwrap_or_else(|| format!("(unusable {:?} id)", id.element_type()))
 }
 
 async fn load_state(source: &Source, cfg: &Config) -> Result<State, WatchError> {
@@ -656,6 +667,18 @@ async fn existing_keys(sink: &Sink, ctx: &PlanCtx) -> Result<state::Existing, Wa
         existing.insert(&ctx.keys, &key, None);
     }
     Ok(existing)
+}
+
+/// Runs CPU-bound work (decoding a batch, planning it) without holding
+/// up the runtime's other tasks (the HTTP probes, the lease renewal): on
+/// a multi-threaded runtime the worker hands its queue to another thread
+/// first. A current-thread runtime (some tests) runs it in place.
+fn off_runtime<T>(work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -41,6 +41,9 @@ pub struct BatchPlan {
     /// The scopes the batch recomputes: recorded as pending before its
     /// writes, cleared with its tokens.
     pub scopes: Scopes,
+    /// How many videos planning visited: the members of the touched
+    /// scopes, never the whole catalogue.
+    pub visited: usize,
 }
 
 fn digest(value: &Value) -> u128 {
@@ -57,10 +60,14 @@ fn index_fields(detail: Option<&str>) -> Option<[serde_json::Value; 3]> {
 /// Active categories; active tags' owners; channels' category references.
 type Shape<'c> = (HashSet<&'c str>, HashMap<&'c str, &'c str>, HashMap<&'c str, Vec<&'c str>>);
 
-/// The `categoryIds` of a detail payload.
-fn detail_categories(detail: Option<&str>) -> Vec<String> {
-    let Some(v) = detail.and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok()) else { return Vec::new() };
-    v["categoryIds"].as_array().into_iter().flatten().filter_map(|c| c.as_str().map(String::from)).collect()
+/// The `categoryIds` and `tagIds` of a detail payload.
+fn detail_refs(detail: Option<&str>) -> (Vec<String>, Vec<String>) {
+    let Some(v) = detail.and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok()) else {
+        return Default::default();
+    };
+    let ids =
+        |field: &str| v[field].as_array().into_iter().flatten().filter_map(|c| c.as_str().map(String::from)).collect();
+    (ids("categoryIds"), ids("tagIds"))
 }
 
 /// What index families depend on in the catalogue, per category, tag and
@@ -80,10 +87,13 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     let mut out = BatchPlan::default();
 
     // Scopes by id: categories, tags and channels whose index keys must be
-    // recomputed whole, and videos whose `video:categories` must be.
-    // Scopes an earlier batch may have left half-written come first.
-    let Scopes { categories: mut cats, mut tags, mut channels, mut videos } = state.dirty.clone();
-    cats.extend(applied.categories.iter().cloned());
+    // recomputed whole, videos whose `video:categories` must be, and
+    // categories whose members' `video:categories` must be. Scopes an
+    // earlier batch may have left half-written come first; while the
+    // streams catch up with a load they wait for the batch that ends the
+    // catch-up, which recomputes them once instead of in every batch.
+    let dirty = if state.catching_up { Scopes::default() } else { state.dirty.clone() };
+    let Scopes { categories: mut cats, mut tags, mut channels, mut videos, memberships: mut flipped } = dirty;
     tags.extend(applied.tags.iter().cloned());
     channels.extend(applied.channels.iter().cloned());
 
@@ -91,8 +101,13 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         plan_catalog_diff(state, ctx, &mut out);
         let (old_cats, old_tags, old_channels) = catalog_shape(old);
         let (new_cats, new_tags, new_channels) = catalog_shape(catalog);
-        cats.extend(old_cats.symmetric_difference(&new_cats).map(|c| c.to_string()));
-
+        flipped.extend(old_cats.symmetric_difference(&new_cats).map(|c| c.to_string()));
+        // Replayed events may name categories whose activation the
+        // loaded documents already hold but the cache does not: every
+        // category such a batch touches counts as flipped.
+        if state.replayed {
+            flipped.extend(applied.categories.iter().cloned());
+        }
         for id in old_tags.keys().chain(new_tags.keys()) {
             if old_tags.get(id) != new_tags.get(id) {
                 tags.insert(id.to_string());
@@ -104,9 +119,15 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
             }
         }
     }
-
-    // Categories whose own state changed (not those a video moved into).
-    let flipped: HashSet<String> = cats.iter().cloned().collect();
+    // A category that turned (in)active changes its own index keys, its
+    // tags' lists, and the category set of every video referencing it.
+    cats.extend(flipped.iter().cloned());
+    for tag in catalog.tags.iter().filter(|t| flipped.contains(&t.category_id)) {
+        tags.insert(tag.id.clone());
+    }
+    for c in &flipped {
+        videos.extend(state.members.of_category(c).map(str::to_string));
+    }
 
     // Touched videos: the detail always; the index scopes only when what
     // they index may have changed, here or in what Redis holds.
@@ -119,7 +140,8 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         }
         let now_cats = video.map(|v| State::active_categories(catalog, v)).unwrap_or_default();
         let redis_cats = redis.categories.get(w).cloned().unwrap_or_default();
-        let quiet = *before_view == state.index_view(w)
+        let now_view = state.index_view(w);
+        let quiet = *before_view == now_view
             && redis_cats == now_cats.iter().cloned().collect::<BTreeSet<_>>()
             && index_fields(redis.details.get(w).map(String::as_str)) == index_fields(detail)
             && video.is_none_or(|v| v.detail.is_some());
@@ -129,29 +151,20 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         videos.insert(w.clone());
         cats.extend(before_cats.iter().cloned());
         cats.extend(redis_cats);
-        // The detail Redis holds names the categories it was indexed
-        // under, even when `video:categories` was rewritten since (a
-        // category's status changed after a restart).
-        cats.extend(detail_categories(redis.details.get(w).map(String::as_str)));
+        // The detail Redis holds names the categories and tags it was
+        // indexed under, even when `video:categories` was rewritten since
+        // (a category's status changed after a restart).
+        let (held_cats, held_tags) = detail_refs(redis.details.get(w).map(String::as_str));
+        cats.extend(held_cats);
         cats.extend(now_cats);
+        // The tag lists it was or is in.
+        for (_, _, refs) in before_view.iter().chain(&now_view) {
+            tags.extend(refs.iter().cloned());
+        }
+        tags.extend(held_tags);
     }
 
-    // A category whose state changed changes the category set of every
-    // video that references it.
-    if !flipped.is_empty() {
-        for w in state.by_written.keys() {
-            if let Some(v) = state.effective(w)
-                && v.category_ids.iter().any(|c| flipped.contains(c))
-            {
-                videos.insert(w.clone());
-            }
-        }
-    }
-    // A category's tags' lists live under it; its channels' home sections
-    // read it.
-    for tag in catalog.tags.iter().filter(|t| cats.contains(&t.category_id)) {
-        tags.insert(tag.id.clone());
-    }
+    // A category's channels' home sections read it.
     let old_channels = applied.old_catalog.as_ref().map(|c| c.channels.as_slice()).unwrap_or_default();
     for ch in catalog.channels.iter().chain(old_channels) {
         if ch.categories.iter().any(|r| cats.contains(&r.id)) {
@@ -160,7 +173,7 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     }
 
     // The selection over the new catalogue, planned by the rebuild's own
-    // index planner.
+    // index planner from the members of the selected scopes alone.
     let index_of = |ids: &BTreeSet<String>, all: &mut dyn Iterator<Item = &str>| -> rustc_hash::FxHashSet<usize> {
         all.enumerate().filter(|(_, id)| ids.contains(*id)).map(|(i, _)| i).collect()
     };
@@ -170,14 +183,21 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         channels: Some(index_of(&channels, &mut catalog.channels.iter().map(|c| c.id.as_str()))),
         videos: Some(videos.iter().cloned().collect()),
     };
-    let ops = if sel.is_empty() { Vec::new() } else { plan_selected(|f| visit(state, catalog, f), catalog, ctx, &sel) };
+    let ops = if sel.is_empty() {
+        Vec::new()
+    } else {
+        let walk = |f: &mut dyn FnMut(Member<'_>)| out.visited = visit(state, catalog, ctx, &sel, f);
+        plan_selected(walk, catalog, ctx, &sel)
+    };
     let planned: HashSet<String> = ops.iter().map(|op| op.key.text.clone()).collect();
     for op in ops {
         out.written.push((op.key.text.clone(), None));
         out.changes.push(Change::Put(op));
     }
 
-    // Keys of the affected scopes that the new state no longer has.
+    // Keys of the affected scopes that the new state no longer has. A
+    // category's tag lists are its tags' scope, unless the category
+    // itself turned (in)active.
     for w in &videos {
         let key = ctx.keys.key(FamilyId::VideoCategories, &[w]);
         if !planned.contains(&key.text) && ctx.families.contains(FamilyId::VideoCategories) {
@@ -185,11 +205,15 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         }
     }
     let mut stale: BTreeSet<&String> = BTreeSet::new();
-    for (scopes, existing) in
-        [(&cats, &state.existing.by_category), (&tags, &state.existing.by_tag), (&channels, &state.existing.by_channel)]
-    {
+    let unplanned = |k: &&String| !planned.contains(*k);
+    for c in &cats {
+        let keys = state.existing.by_category.get(c).into_iter().flatten().filter(unplanned);
+        let whole = flipped.contains(c);
+        stale.extend(keys.filter(|k| whole || !scoped_by_tag(ctx, k)));
+    }
+    for (scopes, existing) in [(&tags, &state.existing.by_tag), (&channels, &state.existing.by_channel)] {
         for scope in scopes {
-            stale.extend(existing.get(scope).into_iter().flatten().filter(|k| !planned.contains(*k)));
+            stale.extend(existing.get(scope).into_iter().flatten().filter(unplanned));
         }
     }
     for key in stale {
@@ -198,7 +222,7 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
             out.changes.push(Change::Delete(crate::keys::Key { family, text: key.clone() }));
         }
     }
-    out.scopes = Scopes { categories: cats, tags, channels, videos };
+    out.scopes = Scopes { categories: cats, tags, channels, videos, memberships: flipped };
     let per_video = |c: &Change| matches!(c.key().family, FamilyId::VideoDetail | FamilyId::VideoCategories);
     let (last, changes) = std::mem::take(&mut out.changes).into_iter().partition(per_video);
     out.changes = changes;
@@ -206,11 +230,44 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     out
 }
 
-/// Visits the state's active videos as the index planner reads them.
-fn visit(state: &State, catalog: &Catalog, f: &mut dyn FnMut(Member<'_>)) {
+/// Whether a key's family is recomputed by tag too (its tag's scope
+/// covers it), per the registry.
+fn scoped_by_tag(ctx: &PlanCtx, key: &str) -> bool {
+    let registry = crate::registry::Registry::get();
+    ctx.keys.classify(key).is_some_and(|f| registry.family(f).scope.contains(&crate::registry::Scope::Tag))
+}
+
+/// Visits, once each, the active videos the selection's keys list: every
+/// member of a selected category or tag, the first members of each
+/// category a selected channel's home sections merge, and the selected
+/// videos. Gives how many it visited.
+fn visit(state: &State, catalog: &Catalog, ctx: &PlanCtx, sel: &Selection, f: &mut dyn FnMut(Member<'_>)) -> usize {
+    let chosen = |set: &Option<rustc_hash::FxHashSet<usize>>, i: usize| set.as_ref().is_some_and(|s| s.contains(&i));
+    let mut ids: Vec<&str> = Vec::new();
+    for (_, c) in catalog.categories.iter().enumerate().filter(|(i, c)| c.active && chosen(&sel.categories, *i)) {
+        ids.extend(state.members.of_category(&c.id));
+    }
+    for (_, t) in catalog.tags.iter().enumerate().filter(|(i, t)| t.active && chosen(&sel.tags, *i)) {
+        ids.extend(state.members.of_tag(&t.id));
+    }
+    let home =
+        ctx.home_sections.iter().map(|s| s.limit).max().filter(|_| ctx.families.contains(FamilyId::VideoListHome));
+    if let Some(limit) = home {
+        for (_, ch) in catalog.channels.iter().enumerate().filter(|(i, _)| chosen(&sel.channels, *i)) {
+            for r in ch.categories.iter().filter(|r| catalog.active_category(&r.id).is_some()) {
+                ids.extend(state.members.of_category(&r.id).take(limit));
+            }
+        }
+    }
+    ids.extend(sel.videos.iter().flatten().map(String::as_str));
+    let mut seen: HashSet<&str> = HashSet::with_capacity(ids.len());
     let (mut cats, mut tags) = (Vec::new(), Vec::new());
     let mut refs = RefReport::default();
-    for w in state.by_written.keys() {
+    let mut visited = 0;
+    for w in ids {
+        if !seen.insert(w) {
+            continue;
+        }
         let Some(v) = state.effective(w) else { continue };
         let cat_refs =
             distinct(v.category_ids.iter().map(String::as_str)).into_iter().map(|c| catalog.active_category_index(c));
@@ -219,7 +276,9 @@ fn visit(state: &State, catalog: &Catalog, f: &mut dyn FnMut(Member<'_>)) {
         });
         resolve(cat_refs, tag_refs, &mut refs, &mut cats, &mut tags);
         f(Member { id: w, added_ms: v.added_ms, cats: &cats, tags: &tags });
+        visited += 1;
     }
+    visited
 }
 
 /// Re-plans the catalogue families; writes what differs from what the

@@ -8,6 +8,7 @@
 //! back, leaving the state exactly as it was, so a replayed batch plans
 //! the same writes.
 
+use super::members::Members;
 use super::model::{Coll, Event, IdKey, raw_id_key};
 use crate::config::Collections;
 use crate::keys::Keys;
@@ -16,7 +17,7 @@ use crate::model::decode::doc_id;
 use crate::model::report::{RefReport, Rejection};
 use crate::model::video::{VideoDoc, decode_video};
 use crate::rebuild::decode_catalog;
-use crate::registry::FamilyId;
+use crate::registry::{FamilyId, Scope};
 use indexmap::IndexMap;
 use mongodb::bson::{Bson, RawDocumentBuf};
 use std::collections::{BTreeSet, HashMap};
@@ -47,11 +48,11 @@ pub struct Existing {
     pub catalog: HashMap<String, Option<u128>>,
 }
 
-/// The families [`Existing`] tracks.
+/// The families [`Existing`] tracks: all but those scoped by video,
+/// whose keys are written with their video.
 pub fn tracked_families() -> crate::plan::FamilySet {
-    crate::plan::FamilySet::of(
-        FamilyId::ALL.iter().copied().filter(|f| !matches!(f, FamilyId::VideoDetail | FamilyId::VideoCategories)),
-    )
+    let registry = crate::registry::Registry::get();
+    crate::plan::FamilySet::of(FamilyId::ALL.iter().copied().filter(|f| registry.family(*f).scope != [Scope::Video]))
 }
 
 impl Existing {
@@ -65,31 +66,36 @@ impl Existing {
     }
 
     /// Files (`Some(digest)`) or unfiles (`None`) a key under the scopes
-    /// its family is kept by.
+    /// its family declares (see [`Scope`]): a `global` key by itself with
+    /// its digest, an entity-scoped one under each entity it names.
     fn file(&mut self, keys: &Keys, key: &str, add: Option<Option<u128>>) {
         let Some((family, args)) = keys.parse(key) else { return };
-        let scopes: Vec<(&mut HashMap<String, BTreeSet<String>>, &str)> = match family {
-            FamilyId::CategoryVideoCount | FamilyId::VideoCategoryIndex | FamilyId::VideoCategoryList => {
-                vec![(&mut self.by_category, args[0])]
-            }
-            FamilyId::VideoTagList => vec![(&mut self.by_category, args[0]), (&mut self.by_tag, args[1])],
-            FamilyId::VideoListHome => vec![(&mut self.by_channel, args[0])],
-            FamilyId::VideoDetail | FamilyId::VideoCategories => return,
-            _ => {
+        let scope = &crate::registry::Registry::get().family(family).scope;
+        // The registry holds `global` and `video` alone.
+        match scope.as_slice() {
+            [Scope::Video] => return,
+            [Scope::Global] => {
                 match add {
                     Some(digest) => self.catalog.insert(key.to_string(), digest),
                     None => self.catalog.remove(key),
                 };
                 return;
             }
-        };
-        for (map, scope) in scopes {
+            _ => {}
+        }
+        for (s, id) in scope.iter().zip(args) {
+            let map = match s {
+                Scope::Category => &mut self.by_category,
+                Scope::Tag => &mut self.by_tag,
+                Scope::Channel => &mut self.by_channel,
+                Scope::Global | Scope::Video => continue,
+            };
             if add.is_some() {
-                map.entry(scope.to_string()).or_default().insert(key.to_string());
-            } else if let Some(set) = map.get_mut(scope) {
+                map.entry(id.to_string()).or_default().insert(key.to_string());
+            } else if let Some(set) = map.get_mut(id) {
                 set.remove(key);
                 if set.is_empty() {
-                    map.remove(scope);
+                    map.remove(id);
                 }
             }
         }
@@ -123,18 +129,24 @@ impl Existing {
 }
 
 /// Scopes by id: categories, tags and channels whose index keys are
-/// recomputed whole, and videos whose `video:categories` is.
+/// recomputed whole, videos whose `video:categories` is, and categories
+/// whose members' `video:categories` are (their activation changed).
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Scopes {
     pub categories: BTreeSet<String>,
     pub tags: BTreeSet<String>,
     pub channels: BTreeSet<String>,
     pub videos: BTreeSet<String>,
+    pub memberships: BTreeSet<String>,
 }
 
 impl Scopes {
     pub fn is_empty(&self) -> bool {
-        self.categories.is_empty() && self.tags.is_empty() && self.channels.is_empty() && self.videos.is_empty()
+        self.categories.is_empty()
+            && self.tags.is_empty()
+            && self.channels.is_empty()
+            && self.videos.is_empty()
+            && self.memberships.is_empty()
     }
 
     pub fn extend(&mut self, other: &Scopes) {
@@ -142,20 +154,34 @@ impl Scopes {
         self.tags.extend(other.tags.iter().cloned());
         self.channels.extend(other.channels.iter().cloned());
         self.videos.extend(other.videos.iter().cloned());
+        self.memberships.extend(other.memberships.iter().cloned());
     }
 
-    /// As members of the `cdc:pending` set: `c:`, `t:`, `ch:`, `v:` + id.
+    /// What `cdc:pending` keeps of these scopes: all but the videos. The
+    /// record is bounded by the catalogue, never by the videos a batch
+    /// touched. A video's own keys need no record: they land last, with
+    /// the resume tokens, so a batch that did not land is replayed and
+    /// its videos are touched again; and a video whose categories changed
+    /// status is found again through `memberships`.
+    pub fn persisted(&self) -> Scopes {
+        Scopes { videos: BTreeSet::new(), ..self.clone() }
+    }
+
+    /// As members of the `cdc:pending` set: `c:`, `t:`, `ch:` and `cm:`
+    /// + id (see [`Scopes::persisted`]).
     pub fn to_members(&self) -> Vec<String> {
         let tagged = |tag: &str, ids: &BTreeSet<String>| ids.iter().map(|id| format!("{tag}:{id}")).collect::<Vec<_>>();
         [
             tagged("c", &self.categories),
             tagged("t", &self.tags),
             tagged("ch", &self.channels),
-            tagged("v", &self.videos),
+            tagged("cm", &self.memberships),
         ]
         .concat()
     }
 
+    /// Reads `cdc:pending` (`v:` members, which earlier versions kept, are
+    /// still understood).
     pub fn from_members(members: impl IntoIterator<Item = String>) -> Scopes {
         let mut scopes = Scopes::default();
         for m in members {
@@ -164,6 +190,7 @@ impl Scopes {
                 "c" => &mut scopes.categories,
                 "t" => &mut scopes.tags,
                 "ch" => &mut scopes.channels,
+                "cm" => &mut scopes.memberships,
                 "v" => &mut scopes.videos,
                 _ => continue,
             };
@@ -186,6 +213,8 @@ pub struct State {
     /// first one owns the id (later ones are repeats and rejected).
     pub by_written: HashMap<String, Vec<IdKey>>,
     pub existing: Existing,
+    /// The active videos of each referenced category and tag.
+    pub members: Members,
     /// Scopes a failed batch may have written part of: the next batch
     /// recomputes them whole. Mirrored in Redis (`cdc:pending`) so that a
     /// restart knows them too.
@@ -196,6 +225,10 @@ pub struct State {
     /// has not reached, so every scope written meanwhile stays dirty and
     /// is recomputed once the streams caught up.
     pub catching_up: bool,
+    /// Whether the batch being applied may hold events the load already
+    /// saw (it was caught up with while the load was ahead): the batch
+    /// that ends the catch-up, and every one before it.
+    pub replayed: bool,
 }
 
 /// What a batch did to the state, kept until it is committed or undone.
@@ -258,8 +291,10 @@ impl State {
             videos: HashMap::with_capacity(videos.len()),
             by_written: HashMap::with_capacity(videos.len()),
             existing: Existing::default(),
+            members: Members::default(),
             dirty: Scopes::default(),
             catching_up: true,
+            replayed: true,
         };
         state.catalog = state.decode_catalog();
         for doc in videos {
@@ -269,6 +304,13 @@ impl State {
                 state.put_video(key, raw_id, video);
             }
         }
+        let mut members = Members::default();
+        for w in state.by_written.keys() {
+            if let Some(view) = state.index_view(w) {
+                members.insert(w, &view);
+            }
+        }
+        state.members = members;
         state
     }
 
@@ -379,6 +421,15 @@ impl State {
             let new = self.decode_catalog();
             applied.old_catalog = Some(std::mem::replace(&mut self.catalog, new));
         }
+        // Refile the touched videos: out as they were, in as they are.
+        for (w, (before, _)) in &applied.videos {
+            if let Some(view) = before {
+                self.members.remove(w, view);
+            }
+            if let Some(view) = self.index_view(w) {
+                self.members.insert(w, &view);
+            }
+        }
         applied
     }
 
@@ -419,23 +470,34 @@ impl State {
 
     /// Takes a batch back: the state is exactly as before [`State::apply`].
     pub fn undo(&mut self, applied: Applied) {
-        if let Some(docs) = applied.old_catalog_docs {
+        let Applied { old_catalog, old_catalog_docs, old_videos, old_owners, videos, .. } = applied;
+        for w in videos.keys() {
+            if let Some(view) = self.index_view(w) {
+                self.members.remove(w, &view);
+            }
+        }
+        if let Some(docs) = old_catalog_docs {
             self.catalog_docs = *docs;
         }
-        if let Some(catalog) = applied.old_catalog {
+        if let Some(catalog) = old_catalog {
             self.catalog = catalog;
         }
-        for (key, old) in applied.old_videos {
+        for (key, old) in old_videos {
             match old {
                 Some(state) => self.videos.insert(key, state),
                 None => self.videos.remove(&key),
             };
         }
-        for (w, owners) in applied.old_owners {
+        for (w, owners) in old_owners {
             match owners {
                 Some(list) => self.by_written.insert(w, list),
                 None => self.by_written.remove(&w),
             };
+        }
+        for (w, (before, _)) in &videos {
+            if let Some(view) = before {
+                self.members.insert(w, view);
+            }
         }
     }
 

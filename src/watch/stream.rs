@@ -55,6 +55,19 @@ pub fn is_history_lost(err: &mongodb::error::Error) -> bool {
     matches!(code, Some(286 | 260 | 280 | 40647 | 40649))
 }
 
+/// Why an event could not be used, as a fixed label: the driver's text
+/// may quote the document, and every distinct text would become a new
+/// metrics label. The text itself goes to the log.
+pub fn poison_reason(err: &mongodb::error::Error) -> &'static str {
+    use mongodb::error::ErrorKind;
+    match err.kind.as_ref() {
+        ErrorKind::Command(c) if c.code == 10334 || c.code_name.contains("TooLarge") => "event too large",
+        ErrorKind::Command(_) => "event refused by the server",
+        ErrorKind::BsonDeserialization(_) | ErrorKind::InvalidResponse { .. } => "event not decodable",
+        _ => "event unusable",
+    }
+}
+
 /// Opens one stream and forwards its items until it fails or `tx` closes.
 /// `opened` is told once the stream is open (dropped unsent if it fails).
 pub async fn follow(
@@ -137,8 +150,8 @@ pub async fn follow(
                 // without its document and its update description, pass
                 // on its id and token, and go on after it. Never loop on
                 // one token: if even that fails, the engine rebuilds.
-                let reason = err.to_string();
-                tracing::warn!(collection = %name, error = %reason, "change event unusable");
+                tracing::warn!(collection = %name, error = %err, "change event unusable");
+                let reason = poison_reason(&err).to_string();
                 let after = stream.resume_token();
                 let item = match skip_one(&collection, after.clone(), &reason).await {
                     Ok((id, token)) => {

@@ -664,3 +664,54 @@ async fn a_backlog_goes_out_in_short_transactions_and_equals_a_full_rebuild() {
     assert_same_as_rebuild(&s.mongo.uri(), &redis.url(), &name, &prefix, 31).await;
     assert_eq!(common::count_keys(&redis.url(), &format!("{}stage:*", cfg.status_prefix)).await, 0);
 }
+
+/// Issue 21's first case: on a cluster, a category of 9,000 active
+/// videos is renamed, turned off and on again. The rename rewrites its
+/// catalogue keys only; the flips rewrite its members' categories. The
+/// pending record names the category, never its videos, so no script
+/// carries more than Lua can unpack; the tokens move past each change
+/// and the cache equals a fresh rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_category_of_9000_videos_renamed_and_flipped_on_a_cluster_follows() {
+    let _serial = SERIAL.lock().await;
+    let s = common::shared();
+    let url = Setup::Cluster.redis_url();
+    let name = common::unique("watchbigcat");
+    let prefix = format!("w{name}");
+    let cfg = config(&s.mongo.uri(), &url, &name, &prefix);
+    let mut d = data(&cfg, 21).await;
+    d.seed().await;
+    let categories = d.db.collection::<Document>("Category");
+    categories.insert_one(doc! {"_id": "big", "name": "Big", "seq": 1, "status": 1}).await.unwrap();
+    let videos: Vec<Document> = (0..9_000)
+        .map(|i| doc! {"_id": format!("b{i}"), "title": "b", "categoryIds": ["big", "c1"], "listStatus": 1, "addedTime": DateTime::from_millis(1_700_000_000_000 + i)})
+        .collect();
+    d.db.collection::<Document>("VideoMedia").insert_many(videos).await.unwrap();
+    let watcher = start_streaming(&cfg).await;
+    d.settle(&url, &prefix).await;
+    let token_key = format!("cw-{prefix}:cdc:resume:Category");
+    let mut conn = common::redis_conn(&url).await;
+    let before: Option<String> = redis::cmd("GET").arg(&token_key).query_async(&mut conn).await.unwrap();
+
+    categories.update_one(doc! {"_id": "big"}, doc! {"$set": {"name": "Renamed"}}).await.unwrap();
+    let by_id = format!("{prefix}:category:by-id:big");
+    common::wait_for("the rename reached category:by-id", Duration::from_secs(60), || {
+        let (url, by_id) = (url.clone(), by_id.clone());
+        async move {
+            let mut conn = common::redis_conn(&url).await;
+            let value: Option<String> = redis::cmd("GET").arg(&by_id).query_async(&mut conn).await.unwrap();
+            value.is_some_and(|v| v.contains("\"Renamed\""))
+        }
+    })
+    .await;
+    let after: Option<String> = redis::cmd("GET").arg(&token_key).query_async(&mut conn).await.unwrap();
+    assert!(after.is_some() && after != before, "the Category token did not move");
+
+    for status in [0, 1] {
+        categories.update_one(doc! {"_id": "big"}, doc! {"$set": {"status": status}}).await.unwrap();
+        d.settle(&url, &prefix).await;
+    }
+    let metrics = watcher.stop().await;
+    assert_eq!(metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed), 0, "no batch failed");
+    assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 21).await;
+}

@@ -98,6 +98,10 @@ struct BenchArgs {
     /// Seconds per phase
     #[arg(long, default_value_t = 10)]
     seconds: u64,
+    /// Which changes --watch makes: titles only, or a platform's mix of
+    /// uploads, deletes, category moves, status flips and catalogue edits
+    #[arg(long, value_enum, default_value = "platform")]
+    mix: cachewright::dev::change_mix::Mix,
     /// Also write the final state as plain commands, one `host_port.resp`
     /// file per master, for `redis-cli --pipe` (the physical write limit)
     #[arg(long, value_name = "DIR")]
@@ -198,7 +202,9 @@ async fn bench(cfg: &cachewright::config::Config, args: &BenchArgs) -> DevResult
         return Err(Box::new(dev::Refused { what: "bench", reason }));
     }
     let json = if args.watch {
-        serde_json::to_string_pretty(&dev::bench_watch::run(cfg, args.rate.max(1), args.seconds.max(1)).await?)?
+        serde_json::to_string_pretty(
+            &dev::bench_watch::run(cfg, args.mix, args.rate.max(1), args.seconds.max(1)).await?,
+        )?
     } else {
         serde_json::to_string_pretty(&dev::bench::run(cfg, args.resp_dir.as_deref()).await?)?
     };

@@ -3,6 +3,7 @@
 //! updates applied per second. Runs the watcher in-process on the
 //! configured database, so generate a data set first (scripts/bench.sh).
 
+use super::change_mix::{Changes, Mix};
 use crate::config::Config;
 use crate::source::Source;
 use crate::watch::{WatchMetrics, WatchOptions};
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 
 #[derive(Debug, Serialize)]
 pub struct WatchBench {
+    pub mix: Mix,
     pub window_ms: u64,
     pub rate_per_s: u64,
     pub updates_sent: u64,
@@ -26,6 +28,21 @@ pub struct WatchBench {
     pub sustained_updates: u64,
     pub sustained_seconds: f64,
     pub sustained_per_s: f64,
+    /// Videos the watcher's planning visited per applied change (the
+    /// members of the touched scopes).
+    pub visited_per_change: f64,
+    /// This process's peak resident memory (the watcher runs in it).
+    pub peak_rss_mib: f64,
+}
+
+/// Peak resident memory of this process (`VmHWM`), in MiB.
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok());
+    kib.unwrap_or(0.0) / 1024.0
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -63,7 +80,7 @@ async fn spawn_streaming(cfg: &Config, opts: WatchOptions) -> super::DevResult<S
     Ok((stop_tx, watcher, metrics))
 }
 
-pub async fn run(cfg: &Config, rate: u64, seconds: u64) -> super::DevResult<WatchBench> {
+pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevResult<WatchBench> {
     let source = Source::connect(cfg).await?;
     let videos = source.database().collection::<Document>(&cfg.collections.video);
     let ids: Vec<mongodb::bson::Bson> = videos
@@ -77,14 +94,10 @@ pub async fn run(cfg: &Config, rate: u64, seconds: u64) -> super::DevResult<Watc
     if ids.is_empty() {
         return Err("no active videos; generate a data set first".into());
     }
-    // Titles carry this run's nonce: an update that sets a value the
-    // document already holds is a no-op MongoDB never reports, and a
+    // Every change carries this run's nonce: an update that sets a value
+    // the document already holds is a no-op MongoDB never reports, and a
     // repeated run would wait for events that never come.
-    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
-    let written = |id: &mongodb::bson::Bson| match id {
-        mongodb::bson::Bson::ObjectId(o) => o.to_hex(),
-        other => other.as_str().unwrap_or_default().to_string(),
-    };
+    let mut changes = Changes::new(source.database(), &cfg.collections, mix, ids).await?;
 
     // Sent time of the latest update per video, and measured latencies.
     let sent: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
@@ -115,11 +128,11 @@ pub async fn run(cfg: &Config, rate: u64, seconds: u64) -> super::DevResult<Watc
     let mut inflight = futures::stream::FuturesUnordered::new();
     while seq < total {
         tick.tick().await;
-        let id = ids[(seq as usize * 7919) % ids.len()].clone();
-        sent.lock().unwrap_or_else(|e| e.into_inner()).insert(written(&id), Instant::now());
-        let videos = videos.clone();
-        let title = format!("bench {nonce}-{seq}");
-        inflight.push(async move { videos.update_one(doc! { "_id": id }, doc! { "$set": { "title": title } }).await });
+        let change = changes.next(seq);
+        if let Some(video) = &change.video {
+            sent.lock().unwrap_or_else(|e| e.into_inner()).insert(video.clone(), Instant::now());
+        }
+        inflight.push(change.send());
         while inflight.len() > 64 {
             inflight.next().await;
         }
@@ -143,10 +156,7 @@ pub async fn run(cfg: &Config, rate: u64, seconds: u64) -> super::DevResult<Watc
     let backlog = (rate * seconds * 3).max(10_000);
     let mut inflight = futures::stream::FuturesUnordered::new();
     for n in 0..backlog {
-        let id = ids[(n as usize * 104_729) % ids.len()].clone();
-        let videos = videos.clone();
-        let title = format!("backlog {nonce}-{n}");
-        inflight.push(async move { videos.update_one(doc! { "_id": id }, doc! { "$set": { "title": title } }).await });
+        inflight.push(changes.next(total + n).send());
         if inflight.len() >= 128 {
             inflight.next().await;
         }
@@ -156,14 +166,18 @@ pub async fn run(cfg: &Config, rate: u64, seconds: u64) -> super::DevResult<Watc
     let (stop_tx, watcher, metrics) = spawn_streaming(cfg, opts).await?;
     let started = Instant::now();
     let deadline = started + Duration::from_secs(120);
-    while metrics.applied[3].load(Ordering::Relaxed) < backlog && Instant::now() < deadline {
+    while metrics.total_applied() < backlog && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let applied = metrics.applied[3].load(Ordering::Relaxed);
+    let applied = metrics.total_applied();
     let sustained_seconds = started.elapsed().as_secs_f64();
     let _ = stop_tx.send(());
     watcher.await??;
+    let visited = metrics.visited_videos.load(Ordering::Relaxed);
     Ok(WatchBench {
+        mix,
+        visited_per_change: visited as f64 / applied.max(1) as f64,
+        peak_rss_mib: peak_rss_mib(),
         window_ms: window.as_millis() as u64,
         rate_per_s: rate,
         updates_sent: total,

@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod bench_watch;
+pub mod change_mix;
 pub mod fixtures;
 pub mod generate;
 

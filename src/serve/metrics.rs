@@ -287,6 +287,12 @@ impl Collector for WatchCollector {
             "Change stream failures (the watcher reopens from its saved tokens)",
             w.stream_errors.load(Ordering::Relaxed),
         )?;
+        counter(
+            &mut encoder,
+            "watch_visited_videos",
+            "Videos the watcher's batch planning visited: the members of the scopes the batches touched",
+            w.visited_videos.load(Ordering::Relaxed),
+        )?;
         let problems = w.problems.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut family = encoder.encode_descriptor(
             "changestream_rejected",

@@ -65,6 +65,38 @@ impl Members {
         self.by_category.get(id).into_iter().flatten().map(|(_, w)| &**w)
     }
 
+    /// The first `limit` distinct videos of the union of `categories`,
+    /// newest first: what a home section over them lists. A merge of the
+    /// categories' ordered members, so it reads about `limit` members per
+    /// call, not every member of every category.
+    pub fn newest_of<'a>(&'a self, categories: impl IntoIterator<Item = &'a str>, limit: usize) -> Vec<&'a str> {
+        use std::collections::BinaryHeap;
+        let mut heads: Vec<std::collections::btree_set::Iter<'a, Ranked>> =
+            categories.into_iter().filter_map(|c| self.by_category.get(c)).map(BTreeSet::iter).collect();
+        // A min-heap on (rank, which iterator): the next newest overall.
+        let mut heap: BinaryHeap<Reverse<(&'a Ranked, usize)>> = BinaryHeap::new();
+        for (i, it) in heads.iter_mut().enumerate() {
+            if let Some(first) = it.next() {
+                heap.push(Reverse((first, i)));
+            }
+        }
+        let mut out: Vec<&'a str> = Vec::with_capacity(limit.min(1024));
+        let mut last: Option<&'a Ranked> = None;
+        while out.len() < limit {
+            let Some(Reverse((ranked, i))) = heap.pop() else { break };
+            // A video in two of the categories comes out twice in a row
+            // (same rank): it is listed once.
+            if last != Some(ranked) {
+                out.push(&ranked.1);
+                last = Some(ranked);
+            }
+            if let Some(next) = heads[i].next() {
+                heap.push(Reverse((next, i)));
+            }
+        }
+        out
+    }
+
     /// How many active videos reference category `id`.
     pub fn category_len(&self, id: &str) -> usize {
         self.by_category.get(id).map_or(0, BTreeSet::len)
@@ -103,6 +135,19 @@ mod tests {
         assert_eq!(m.of_category("c1").collect::<Vec<_>>(), ["Z", "a", "b"]);
         assert_eq!(m.of_tag("t1").collect::<Vec<_>>(), ["Z", "b"]);
         assert_eq!(m.category_len("c1"), 3, "a repeated reference files a video once");
+    }
+
+    #[test]
+    fn the_newest_of_several_categories_are_merged_once_each() {
+        let mut m = Members::default();
+        m.insert("a", &view(9, &["c1", "c2"], &[]));
+        m.insert("b", &view(8, &["c2"], &[]));
+        m.insert("c", &view(8, &["c1"], &[]));
+        m.insert("d", &view(1, &["c1"], &[]));
+        m.insert("e", &view(7, &["c3"], &[]));
+        assert_eq!(m.newest_of(["c1", "c2"], 10), ["a", "b", "c", "d"]);
+        assert_eq!(m.newest_of(["c1", "c2", "missing"], 2), ["a", "b"]);
+        assert!(m.newest_of([], 5).is_empty());
     }
 
     #[test]

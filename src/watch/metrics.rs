@@ -197,3 +197,32 @@ impl WatchMetrics {
         (at > 0).then(|| now_ms().saturating_sub(at) as f64 / 1000.0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lag_returns_to_zero_when_only_idle_streams_report() {
+        let m = WatchMetrics::default();
+        // A replayed event an hour old.
+        let old = (now_ms() / 1000).saturating_sub(3600) as u32;
+        m.applied([0, 0, 0, 1], old, Duration::from_millis(5));
+        assert!(m.lag_ms.load(Ordering::Relaxed) >= 3_600_000);
+        m.applied([0; 4], 0, Duration::ZERO);
+        assert_eq!(m.lag_ms.load(Ordering::Relaxed), 0, "caught up: no lag");
+        assert_eq!(m.batches.load(Ordering::Relaxed), 1, "an idle batch is not counted");
+    }
+
+    #[test]
+    fn problems_keep_a_few_distinct_samples_per_reason() {
+        let m = WatchMetrics::default();
+        for i in 0..20 {
+            m.poison(super::super::model::Coll::Video, &format!("v{}", i % 8), "event too large");
+        }
+        let rows = m.problems_json();
+        assert_eq!(rows.as_array().map(Vec::len), Some(1), "one row per collection and reason: {rows}");
+        assert_eq!(rows[0]["count"], 20);
+        assert_eq!(rows[0]["samples"].as_array().map(Vec::len), Some(MAX_SAMPLES));
+    }
+}

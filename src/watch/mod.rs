@@ -472,7 +472,9 @@ impl Engine<'_> {
         events: Vec<Event>,
         tokens: &[(&str, String)],
     ) -> Result<Vec<String>, WatchError> {
+        let started = Instant::now();
         let mut applied = off_runtime(|| state.apply(events));
+        let decoded = started.elapsed();
         // A repeated id whose first owner went away: the next owner was
         // loaded without its detail, so read it again.
         let missing: Vec<_> = applied.videos.keys().filter_map(|w| state.needs_detail(w)).collect();
@@ -497,7 +499,9 @@ impl Engine<'_> {
             }
         };
         let view = plan::RedisView { categories, details };
+        let read = started.elapsed();
         let plan = off_runtime(|| plan::plan_batch(state, &applied, &view, self.ctx));
+        let planned = started.elapsed();
         self.metrics.visited(plan.visited);
         let budget = self.sink.tx_budget(self.cfg);
         let written = async {
@@ -514,6 +518,15 @@ impl Engine<'_> {
             self.sink.apply_changes_and_save_tokens(with_tokens, self.status, tokens, clear).await
         }
         .await;
+        tracing::debug!(
+            decode_ms = decoded.as_millis() as u64,
+            read_ms = (read - decoded).as_millis() as u64,
+            plan_ms = (planned - read).as_millis() as u64,
+            write_ms = (started.elapsed() - planned).as_millis() as u64,
+            visited = plan.visited,
+            changes = plan.changes.len() + plan.last.len(),
+            "batch phases"
+        );
         match written {
             Ok(()) => {
                 let videos: Vec<String> = applied.videos.keys().cloned().collect();

@@ -46,8 +46,37 @@ pub struct BatchPlan {
     pub visited: usize,
 }
 
+/// A 128-bit digest of a value: its type, then each element with its
+/// length (so no two values share a byte stream). Hashed directly, not
+/// through its `Debug` text, which cost most of a catalogue re-plan.
 fn digest(value: &Value) -> u128 {
-    crate::sink::digest(&format!("{value:?}"))
+    use std::hash::{BuildHasher, Hasher};
+    let mut a = rustc_hash::FxBuildHasher.build_hasher();
+    let mut b = std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default().build_hasher();
+    let mut feed = |bytes: &[u8]| {
+        for h in [&mut a as &mut dyn Hasher, &mut b] {
+            h.write_usize(bytes.len());
+            h.write(bytes);
+        }
+    };
+    match value {
+        Value::String(v) => {
+            feed(b"s");
+            feed(v.as_bytes());
+        }
+        Value::Set(items) | Value::List(items) => {
+            feed(if matches!(value, Value::Set(_)) { b"S" } else { b"L" });
+            items.iter().for_each(|i| feed(i.as_bytes()));
+        }
+        Value::Zset(items) => {
+            feed(b"Z");
+            for (score, member) in items {
+                feed(&score.to_le_bytes());
+                feed(member.as_bytes());
+            }
+        }
+    }
+    (u128::from(a.finish()) << 64) | u128::from(b.finish())
 }
 
 /// The fields of a detail payload the index families depend on.
@@ -238,9 +267,9 @@ fn scoped_by_tag(ctx: &PlanCtx, key: &str) -> bool {
 }
 
 /// Visits, once each, the active videos the selection's keys list: every
-/// member of a selected category or tag, the first members of each
-/// category a selected channel's home sections merge, and the selected
-/// videos. Gives how many it visited.
+/// member of a selected category or tag, the newest `limit` of the union
+/// of a selected channel's categories (its home sections), and the
+/// selected videos. Gives how many it visited.
 fn visit(state: &State, catalog: &Catalog, ctx: &PlanCtx, sel: &Selection, f: &mut dyn FnMut(Member<'_>)) -> usize {
     let chosen = |set: &Option<rustc_hash::FxHashSet<usize>>, i: usize| set.as_ref().is_some_and(|s| s.contains(&i));
     let mut ids: Vec<&str> = Vec::new();
@@ -254,9 +283,13 @@ fn visit(state: &State, catalog: &Catalog, ctx: &PlanCtx, sel: &Selection, f: &m
         ctx.home_sections.iter().map(|s| s.limit).max().filter(|_| ctx.families.contains(FamilyId::VideoListHome));
     if let Some(limit) = home {
         for (_, ch) in catalog.channels.iter().enumerate().filter(|(i, _)| chosen(&sel.channels, *i)) {
-            for r in ch.categories.iter().filter(|r| catalog.active_category(&r.id).is_some()) {
-                ids.extend(state.members.of_category(&r.id).take(limit));
-            }
+            let mut cats: Vec<&str> = ch.categories.iter().map(|r| r.id.as_str()).collect();
+            cats.sort_unstable();
+            cats.dedup();
+            cats.retain(|c| catalog.active_category(c).is_some());
+            // The section's members are the union's newest; each of its
+            // categories' lists holds them within its own first `limit`.
+            ids.extend(state.members.newest_of(cats, limit));
         }
     }
     ids.extend(sel.videos.iter().flatten().map(String::as_str));

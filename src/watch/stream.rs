@@ -254,4 +254,13 @@ mod tests {
             mongodb::bson::from_slice::<mongodb::bson::Document>(&[5, 0, 0, 0, 1]).expect_err("bad bytes");
         assert!(!is_transient(&Error::from(undecodable)));
     }
+
+    #[test]
+    fn unusable_events_get_a_fixed_reason_never_the_driver_text() {
+        assert_eq!(poison_reason(&command_error(10334)), "event too large");
+        assert_eq!(poison_reason(&command_error(2)), "event refused by the server");
+        let undecodable: mongodb::bson::de::Error =
+            mongodb::bson::from_slice::<mongodb::bson::Document>(&[5, 0, 0, 0, 1]).expect_err("bad bytes");
+        assert_eq!(poison_reason(&Error::from(undecodable)), "event not decodable");
+    }
 }

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The watcher benchmark alone, under a change mix:
+#   scripts/bench-watch.sh [VIDEOS] [single|cluster] [platform|title] [RATE] [SECONDS]
+#                       (default 58000 videos, single, platform, 1000/s, 10 s)
+# Starts the benchmark's own servers (as scripts/bench.sh), generates a
+# fresh data set, rebuilds it, then runs `cachewright-dev bench --watch`:
+# event-to-Redis latency at RATE changes/s for SECONDS, then the sustained
+# rate at which a backlog of the same mix is applied, the videos planning
+# visited per change, and the peak RSS of the process the watcher ran in.
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+VIDEOS="${1:-58000}"
+SETUP="${2:-single}"
+MIX="${3:-platform}"
+RATE="${4:-1000}"
+SECONDS_PER_PHASE="${5:-10}"
+MONGO_PORT=27117
+RUN_DIR="$ROOT/target/bench-servers"
+ensure_redis
+ensure_secantus
+case "$SETUP" in
+  single) PORTS=(16379) ;;
+  cluster) PORTS=(17001 17002 17003) ;;
+  *) die "setup must be single or cluster, not $SETUP" ;;
+esac
+if [ "$SETUP" = single ]; then start_redis "${PORTS[0]}"; else start_cluster "${PORTS[@]}"; fi
+start_mongo "$MONGO_PORT"
+cargo build --release --quiet --features dev --bin cachewright --bin cachewright-dev
+OUT="$ROOT/target/bench-watch-$VIDEOS-$SETUP-$MIX"
+mkdir -p "$OUT"
+export MONGODB_URI="mongodb://127.0.0.1:$MONGO_PORT/?directConnection=true"
+export MONGODB_DB="benchwatch"
+export REDIS_URL="redis://127.0.0.1:${PORTS[0]}"
+export CACHEWRIGHT_PREFIX="app:"
+export CACHEWRIGHT_STATUS_PREFIX="cachewright:"
+for p in "${PORTS[@]}"; do redis-cli -p "$p" FLUSHALL >/dev/null; done
+say "generating $VIDEOS videos"
+target/release/cachewright-dev fixtures generate --yes --videos "$VIDEOS" --seed 1 2>"$OUT/generate.log"
+say "rebuilding"
+target/release/cachewright rebuild >"$OUT/rebuild.txt" 2>"$OUT/rebuild.log"
+say "watcher under the $MIX mix: $RATE changes/s for $SECONDS_PER_PHASE s, then a backlog"
+target/release/cachewright-dev bench --yes --watch --mix "$MIX" --rate "$RATE" --seconds "$SECONDS_PER_PHASE" \
+  --out "$OUT/watch.json" 2>"$OUT/watch.log"
+python3 - "$OUT/watch.json" "$VIDEOS" "$SETUP" <<'PY'
+import json, sys
+w = json.load(open(sys.argv[1]))
+print(f"{sys.argv[2]} videos, {sys.argv[3]}, mix {w['mix']}, window {w['window_ms']} ms")
+print(f"  latency at {w['rate_per_s']}/s      p50 {w['latency_p50_ms']:.0f} ms, p99 {w['latency_p99_ms']:.0f} ms "
+      f"(beyond the window p99 {w['beyond_window_p99_ms']:.0f} ms)")
+print(f"  sustained                {w['sustained_per_s']:.0f} changes/s ({w['sustained_updates']} in {w['sustained_seconds']:.1f} s)")
+print(f"  visited per change       {w['visited_per_change']:.1f} videos")
+print(f"  peak RSS                 {w['peak_rss_mib']:.0f} MiB")
+PY

@@ -297,12 +297,20 @@ impl State {
             replayed: true,
         };
         state.catalog = state.decode_catalog();
-        for doc in videos {
-            if let (Some(key), Ok(Some(raw_id))) = (raw_id_key(&doc), doc.get("_id")) {
+        // Decoded in parallel, filed in cursor order: the first document
+        // of a written id owns it, as in a rebuild.
+        use rayon::prelude::*;
+        let decoded: Vec<_> = videos
+            .par_iter()
+            .map(|doc| {
+                let (key, raw_id) = (raw_id_key(doc)?, doc.get("_id").ok().flatten()?);
                 let raw_id: Bson = raw_id.to_raw_bson().try_into().unwrap_or(Bson::Null);
-                let (video, _) = decode(&doc, false);
-                state.put_video(key, raw_id, video);
-            }
+                Some((key, raw_id, decode(doc, false).0))
+            })
+            .collect();
+        drop(videos);
+        for (key, raw_id, video) in decoded.into_iter().flatten() {
+            state.put_video(key, raw_id, video);
         }
         let mut members = Members::default();
         for w in state.by_written.keys() {

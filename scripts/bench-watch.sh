@@ -14,17 +14,7 @@ SETUP="${2:-single}"
 MIX="${3:-platform}"
 RATE="${4:-1000}"
 SECONDS_PER_PHASE="${5:-10}"
-MONGO_PORT=27117
-RUN_DIR="$ROOT/target/bench-servers"
-ensure_redis
-ensure_secantus
-case "$SETUP" in
-  single) PORTS=(16379) ;;
-  cluster) PORTS=(17001 17002 17003) ;;
-  *) die "setup must be single or cluster, not $SETUP" ;;
-esac
-if [ "$SETUP" = single ]; then start_redis "${PORTS[0]}"; else start_cluster "${PORTS[@]}"; fi
-start_mongo "$MONGO_PORT"
+start_bench_servers "$SETUP"
 cargo build --release --quiet --features dev --bin cachewright --bin cachewright-dev
 OUT="$ROOT/target/bench-watch-$VIDEOS-$SETUP-$MIX"
 mkdir -p "$OUT"

@@ -16,22 +16,8 @@ cd "$ROOT"
 VIDEOS="${1:-58000}"
 SEED="${2:-1}"
 SETUP="${3:-single}"
-MONGO_PORT=27117
-RUN_DIR="$ROOT/target/bench-servers"
-ensure_redis
-ensure_secantus
-case "$SETUP" in
-  single) PORTS=(16379) ;;
-  cluster) PORTS=(17001 17002 17003) ;;
-  *) die "setup must be single or cluster, not $SETUP" ;;
-esac
+start_bench_servers "$SETUP"
 REDIS_PORT=${PORTS[0]}
-if [ "$SETUP" = single ]; then
-  start_redis "$REDIS_PORT"
-else
-  start_cluster "${PORTS[@]}"
-fi
-start_mongo "$MONGO_PORT"
 cargo build --release --quiet --features dev --bin cachewright --bin cachewright-dev
 BIN="$ROOT/target/release/cachewright"
 # The benchmark's own servers and database: replacing them needs no asking.

@@ -135,3 +135,22 @@ stop_servers() {
     for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   done
 }
+
+# The benchmarks' own servers, so that no other data is touched: one Redis
+# on 16379 (`single`) or a 3-master cluster on 17001-17003 (`cluster`),
+# and SecantusDB on 27117. Sets PORTS (the Redis ports), MONGO_PORT and
+# RUN_DIR.
+start_bench_servers() {
+  local setup=$1
+  MONGO_PORT=27117
+  RUN_DIR="$ROOT/target/bench-servers"
+  ensure_redis
+  ensure_secantus
+  case "$setup" in
+    single) PORTS=(16379) ;;
+    cluster) PORTS=(17001 17002 17003) ;;
+    *) die "setup must be single or cluster, not $setup" ;;
+  esac
+  if [ "$setup" = single ]; then start_redis "${PORTS[0]}"; else start_cluster "${PORTS[@]}"; fi
+  start_mongo "$MONGO_PORT"
+}

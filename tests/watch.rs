@@ -704,8 +704,17 @@ async fn a_category_of_9000_videos_renamed_and_flipped_on_a_cluster_follows() {
         }
     })
     .await;
-    let after: Option<String> = redis::cmd("GET").arg(&token_key).query_async(&mut conn).await.unwrap();
-    assert!(after.is_some() && after != before, "the Category token did not move");
+    // On a cluster the tokens are saved right after the batch's writes,
+    // not with them: wait for them too.
+    common::wait_for("the Category token moved past the rename", Duration::from_secs(30), || {
+        let (url, token_key, before) = (url.clone(), token_key.clone(), before.clone());
+        async move {
+            let mut conn = common::redis_conn(&url).await;
+            let after: Option<String> = redis::cmd("GET").arg(&token_key).query_async(&mut conn).await.unwrap();
+            after.is_some() && after != before
+        }
+    })
+    .await;
 
     for status in [0, 1] {
         categories.update_one(doc! {"_id": "big"}, doc! {"$set": {"status": status}}).await.unwrap();

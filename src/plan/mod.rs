@@ -187,18 +187,24 @@ impl TxBudget {
 
     /// `changes` cut, in order, into runs that each fit the budget.
     pub fn cut<'a>(&self, changes: &'a [Change]) -> Vec<&'a [Change]> {
+        self.cut_by(changes, Change::cost)
+    }
+
+    /// `items` cut, in order, into runs that each fit the budget, an
+    /// item costing `cost_of` (a run holds at least one item).
+    pub fn cut_by<'a, T>(&self, items: &'a [T], cost_of: impl Fn(&T) -> usize) -> Vec<&'a [T]> {
         let mut runs = Vec::new();
         let (mut start, mut cost) = (0, 0);
-        for (i, change) in changes.iter().enumerate() {
-            let this = change.cost();
+        for (i, item) in items.iter().enumerate() {
+            let this = cost_of(item);
             if !self.admits(i - start, cost, this) {
-                runs.push(&changes[start..i]);
+                runs.push(&items[start..i]);
                 (start, cost) = (i, 0);
             }
             cost += this;
         }
-        if start < changes.len() {
-            runs.push(&changes[start..]);
+        if start < items.len() {
+            runs.push(&items[start..]);
         }
         runs
     }

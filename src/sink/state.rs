@@ -123,20 +123,7 @@ impl Sink {
 /// `members` cut, in order, into chunks whose `SADD` costs at most
 /// `max_cost` (see [`crate::plan::Value::cost`]); each holds at least one.
 fn pending_chunks(members: &[String], max_cost: usize) -> Vec<&[String]> {
-    let mut chunks = Vec::new();
-    let (mut start, mut cost) = (0, 0);
-    for (i, m) in members.iter().enumerate() {
-        let this = crate::plan::set_member_cost(m);
-        if i > start && cost + this > max_cost {
-            chunks.push(&members[start..i]);
-            (start, cost) = (i, 0);
-        }
-        cost += this;
-    }
-    if start < members.len() {
-        chunks.push(&members[start..]);
-    }
-    chunks
+    crate::plan::TxBudget { max_keys: usize::MAX, max_cost }.cut_by(members, |m| crate::plan::set_member_cost(m))
 }
 
 /// The value of `field` in an INFO reply.

@@ -260,6 +260,7 @@ pub async fn run_fenced(
                 tracing::info!(
                     videos = loaded.video_count(),
                     tracked_keys = loaded.existing.len(),
+                    scope_members = loaded.members.len(),
                     load_ms = loading.elapsed().as_millis() as u64,
                     db = %cfg.mongodb_db,
                     "watcher state loaded; streaming"

@@ -166,11 +166,20 @@ pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevR
     let (stop_tx, watcher, metrics) = spawn_streaming(cfg, opts).await?;
     let started = Instant::now();
     let deadline = started + Duration::from_secs(120);
-    while metrics.total_applied() < backlog && Instant::now() < deadline {
+    // Done when every change arrived, or when none has for 3 s: a change
+    // that turned out a no-op (a delete of a video already gone) never
+    // produces an event. The rate ends at the last batch applied.
+    let (mut applied, mut last_batch) = (0, started);
+    while applied < backlog && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
+        let now = metrics.total_applied();
+        if now != applied {
+            (applied, last_batch) = (now, Instant::now());
+        } else if applied > 0 && last_batch.elapsed() > Duration::from_secs(3) {
+            break;
+        }
     }
-    let applied = metrics.total_applied();
-    let sustained_seconds = started.elapsed().as_secs_f64();
+    let sustained_seconds = last_batch.duration_since(started).as_secs_f64().max(0.001);
     let _ = stop_tx.send(());
     watcher.await??;
     let visited = metrics.visited_videos.load(Ordering::Relaxed);

@@ -35,7 +35,12 @@ pub fn search_prefixes(catalog: &Catalog, derived: &Derived, lengths: &[usize]) 
         for &len in lengths {
             if let Some(prefix) = prefix_chars(&name, len) {
                 let ids = map.entry(prefix.to_string()).or_default();
-                if !ids.contains(&tag.id) {
+                // Tag ids are distinct (the catalogue claims each once),
+                // so a repeat can only be this tag under two lengths that
+                // give one prefix: it is the last one pushed. (A search
+                // of the whole list made a catalogue re-plan quadratic in
+                // the tags sharing a short prefix.)
+                if ids.last() != Some(&tag.id) {
                     ids.push(tag.id.clone());
                 }
             }

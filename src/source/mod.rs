@@ -121,6 +121,33 @@ impl Source {
         cursor.try_collect().await.map_err(|source| SourceError::Read { collection: collection.to_string(), source })
     }
 
+    /// Reads a whole collection in chunks of about `chunk` documents,
+    /// handed to `tx` as they fill, so the reader never holds the whole
+    /// collection. Stops early, without error, when `tx` is closed.
+    pub async fn read_chunks(
+        &self,
+        collection: &str,
+        batch_size: u32,
+        chunk: usize,
+        tx: tokio::sync::mpsc::Sender<Vec<RawDocumentBuf>>,
+    ) -> Result<(), SourceError> {
+        let read_err = |source| SourceError::Read { collection: collection.to_string(), source };
+        let mut cursor = self.scan(collection, batch_size).await?;
+        let mut filling = Vec::with_capacity(chunk);
+        while let Some(doc) = cursor.try_next().await.map_err(read_err)? {
+            filling.push(doc);
+            if filling.len() >= chunk
+                && tx.send(std::mem::replace(&mut filling, Vec::with_capacity(chunk))).await.is_err()
+            {
+                return Ok(());
+            }
+        }
+        if !filling.is_empty() {
+            let _ = tx.send(filling).await;
+        }
+        Ok(())
+    }
+
     /// Reads the four collections whole and concurrently: channels,
     /// categories, tags, videos.
     pub async fn read_four(&self, cfg: &crate::config::Config) -> Result<[Vec<RawDocumentBuf>; 4], SourceError> {

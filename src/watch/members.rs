@@ -1,7 +1,7 @@
-//! Who is in each scope: per referenced category its videos newest
-//! first, per referenced tag its videos. A batch plans a scope's keys
-//! from its members alone, so its cost follows the scopes it touched, not
-//! the size of the catalogue.
+//! Who is in each scope: per referenced category and per referenced tag
+//! its videos newest first. A batch plans a scope's keys from its members
+//! alone, so its cost follows the scopes it touched, not the size of the
+//! catalogue.
 //!
 //! Scopes are keyed by the reference as stored in the video (active or
 //! not, known or not): a category that becomes active later finds its
@@ -9,85 +9,102 @@
 //! Only videos that own their written id and are active are filed, the
 //! ones the index families list.
 
+use super::compact::{Sym, Wid};
 use super::state::IndexView;
+use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
+use std::collections::BTreeSet;
 
-/// A category member: newest first (`addedTime` descending, then id
+/// A scope member: newest first (`addedTime` descending, then id
 /// ascending as bytes), the contract's order, so a scope's first members
 /// are its home-section candidates.
-type Ranked = (Reverse<i64>, Arc<str>);
+type Ranked = (Reverse<i64>, Wid);
 
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Members {
-    by_category: HashMap<Box<str>, BTreeSet<Ranked>>,
-    by_tag: HashMap<Box<str>, BTreeSet<Arc<str>>>,
+    by_category: HashMap<Sym, BTreeSet<Ranked>>,
+    by_tag: HashMap<Sym, BTreeSet<Ranked>>,
 }
 
 impl Members {
     /// Files an active video under each scope it references.
-    pub fn insert(&mut self, written: &str, view: &IndexView) {
+    pub fn insert(&mut self, written: &Wid, view: &IndexView) {
         let (added, cats, tags) = view;
-        let id: Arc<str> = written.into();
-        for c in cats {
-            self.by_category.entry(c.as_str().into()).or_default().insert((Reverse(*added), id.clone()));
+        for c in cats.iter() {
+            self.by_category.entry(*c).or_default().insert((Reverse(*added), written.clone()));
         }
-        for t in tags {
-            self.by_tag.entry(t.as_str().into()).or_default().insert(id.clone());
+        for t in tags.iter() {
+            self.by_tag.entry(*t).or_default().insert((Reverse(*added), written.clone()));
         }
     }
 
     /// Unfiles a video filed with `view`.
-    pub fn remove(&mut self, written: &str, view: &IndexView) {
+    pub fn remove(&mut self, written: &Wid, view: &IndexView) {
         let (added, cats, tags) = view;
-        let id: Arc<str> = written.into();
-        for c in cats {
-            if let Some(set) = self.by_category.get_mut(c.as_str()) {
-                set.remove(&(Reverse(*added), id.clone()));
+        let ranked = (Reverse(*added), written.clone());
+        for c in cats.iter() {
+            if let Some(set) = self.by_category.get_mut(c) {
+                set.remove(&ranked);
                 if set.is_empty() {
-                    self.by_category.remove(c.as_str());
+                    self.by_category.remove(c);
                 }
             }
         }
-        for t in tags {
-            if let Some(set) = self.by_tag.get_mut(t.as_str()) {
-                set.remove(&id);
+        for t in tags.iter() {
+            if let Some(set) = self.by_tag.get_mut(t) {
+                set.remove(&ranked);
                 if set.is_empty() {
-                    self.by_tag.remove(t.as_str());
+                    self.by_tag.remove(t);
                 }
             }
         }
     }
 
-    /// The active videos referencing category `id`, newest first.
-    pub fn of_category(&self, id: &str) -> impl Iterator<Item = &str> {
-        self.by_category.get(id).into_iter().flatten().map(|(_, w)| &**w)
+    /// The active videos referencing category `sym`, newest first.
+    pub fn of_category(&self, sym: Option<Sym>) -> impl Iterator<Item = &Wid> {
+        self.ranked_of_category(sym).map(|(_, w)| w)
+    }
+
+    /// The same, each with its `addedTime`.
+    pub fn ranked_of_category(&self, sym: Option<Sym>) -> impl Iterator<Item = (i64, &Wid)> {
+        sym.and_then(|s| self.by_category.get(&s)).into_iter().flatten().map(|(added, w)| (added.0, w))
+    }
+
+    /// How many active videos reference category `sym`.
+    pub fn category_len(&self, sym: Option<Sym>) -> usize {
+        sym.and_then(|s| self.by_category.get(&s)).map_or(0, BTreeSet::len)
+    }
+
+    /// Whether the video (with its `addedTime`) references category `sym`.
+    pub fn in_category(&self, sym: Option<Sym>, added: i64, written: &Wid) -> bool {
+        let Some(set) = sym.and_then(|s| self.by_category.get(&s)) else { return false };
+        set.contains(&(Reverse(added), written.clone()))
     }
 
     /// The first `limit` distinct videos of the union of `categories`,
     /// newest first: what a home section over them lists. A merge of the
     /// categories' ordered members, so it reads about `limit` members per
-    /// call, not every member of every category.
-    pub fn newest_of<'a>(&'a self, categories: impl IntoIterator<Item = &'a str>, limit: usize) -> Vec<&'a str> {
+    /// call, not every member of every category. Each comes with its
+    /// `addedTime`.
+    pub fn newest_of(&self, categories: impl IntoIterator<Item = Sym>, limit: usize) -> Vec<(i64, &Wid)> {
         use std::collections::BinaryHeap;
-        let mut heads: Vec<std::collections::btree_set::Iter<'a, Ranked>> =
-            categories.into_iter().filter_map(|c| self.by_category.get(c)).map(BTreeSet::iter).collect();
+        let mut heads: Vec<std::collections::btree_set::Iter<'_, Ranked>> =
+            categories.into_iter().filter_map(|c| self.by_category.get(&c)).map(BTreeSet::iter).collect();
         // A min-heap on (rank, which iterator): the next newest overall.
-        let mut heap: BinaryHeap<Reverse<(&'a Ranked, usize)>> = BinaryHeap::new();
+        let mut heap: BinaryHeap<Reverse<(&Ranked, usize)>> = BinaryHeap::new();
         for (i, it) in heads.iter_mut().enumerate() {
             if let Some(first) = it.next() {
                 heap.push(Reverse((first, i)));
             }
         }
-        let mut out: Vec<&'a str> = Vec::with_capacity(limit.min(1024));
-        let mut last: Option<&'a Ranked> = None;
+        let mut out: Vec<(i64, &Wid)> = Vec::with_capacity(limit.min(1024));
+        let mut last: Option<&Ranked> = None;
         while out.len() < limit {
             let Some(Reverse((ranked, i))) = heap.pop() else { break };
             // A video in two of the categories comes out twice in a row
             // (same rank): it is listed once.
             if last != Some(ranked) {
-                out.push(&ranked.1);
+                out.push((ranked.0.0, &ranked.1));
                 last = Some(ranked);
             }
             if let Some(next) = heads[i].next() {
@@ -97,9 +114,10 @@ impl Members {
         out
     }
 
-    /// The active videos referencing tag `id`.
-    pub fn of_tag(&self, id: &str) -> impl Iterator<Item = &str> {
-        self.by_tag.get(id).into_iter().flatten().map(|w| &**w)
+    /// The active videos referencing tag `sym`, newest first, each with
+    /// its `addedTime`.
+    pub fn ranked_of_tag(&self, sym: Option<Sym>) -> impl Iterator<Item = (i64, &Wid)> {
+        sym.and_then(|s| self.by_tag.get(&s)).into_iter().flatten().map(|(added, w)| (added.0, w))
     }
 
     /// How many (scope, video) entries are filed.
@@ -117,43 +135,59 @@ impl Members {
 mod tests {
     use super::*;
 
-    fn view(added: i64, cats: &[&str], tags: &[&str]) -> IndexView {
-        (added, cats.iter().map(|s| s.to_string()).collect(), tags.iter().map(|s| s.to_string()).collect())
+    fn view(added: i64, cats: &[Sym], tags: &[Sym]) -> IndexView {
+        (added, cats.into(), tags.into())
     }
+
+    fn texts<'a>(ids: impl IntoIterator<Item = &'a Wid>) -> Vec<String> {
+        ids.into_iter().map(Wid::text).collect()
+    }
+
+    const C1: Sym = 1;
+    const C2: Sym = 2;
+    const C3: Sym = 3;
+    const T1: Sym = 11;
+    const T2: Sym = 12;
 
     #[test]
     fn members_come_newest_first_then_by_id_bytes() {
         let mut m = Members::default();
-        m.insert("b", &view(5, &["c1"], &["t1"]));
-        m.insert("a", &view(5, &["c1"], &[]));
-        m.insert("Z", &view(9, &["c1", "c1"], &["t1"]));
-        assert_eq!(m.of_category("c1").collect::<Vec<_>>(), ["Z", "a", "b"]);
-        assert_eq!(m.of_tag("t1").collect::<Vec<_>>(), ["Z", "b"]);
-        assert_eq!(m.of_category("c1").count(), 3, "a repeated reference files a video once");
+        m.insert(&Wid::new("b"), &view(5, &[C1], &[T1]));
+        m.insert(&Wid::new("a"), &view(5, &[C1], &[]));
+        m.insert(&Wid::new("Z"), &view(9, &[C1, C1], &[T1]));
+        assert_eq!(texts(m.of_category(Some(C1))), ["Z", "a", "b"]);
+        assert_eq!(texts(m.ranked_of_tag(Some(T1)).map(|(_, w)| w)), ["Z", "b"]);
+        assert!(m.in_category(Some(C1), 5, &Wid::new("a")) && !m.in_category(Some(C1), 4, &Wid::new("a")));
+        assert!(!m.in_category(Some(C2), 5, &Wid::new("a")) && !m.in_category(None, 5, &Wid::new("a")));
+        assert_eq!((m.category_len(Some(C1)), m.category_len(Some(C3))), (3, 0));
+        assert_eq!(m.of_category(Some(C1)).count(), 3, "a repeated reference files a video once");
+        assert_eq!(m.of_category(None).count(), 0);
     }
 
     #[test]
     fn the_newest_of_several_categories_are_merged_once_each() {
         let mut m = Members::default();
-        m.insert("a", &view(9, &["c1", "c2"], &[]));
-        m.insert("b", &view(8, &["c2"], &[]));
-        m.insert("c", &view(8, &["c1"], &[]));
-        m.insert("d", &view(1, &["c1"], &[]));
-        m.insert("e", &view(7, &["c3"], &[]));
-        assert_eq!(m.newest_of(["c1", "c2"], 10), ["a", "b", "c", "d"]);
-        assert_eq!(m.newest_of(["c1", "c2", "missing"], 2), ["a", "b"]);
+        m.insert(&Wid::new("a"), &view(9, &[C1, C2], &[]));
+        m.insert(&Wid::new("b"), &view(8, &[C2], &[]));
+        m.insert(&Wid::new("c"), &view(8, &[C1], &[]));
+        m.insert(&Wid::new("d"), &view(1, &[C1], &[]));
+        m.insert(&Wid::new("e"), &view(7, &[C3], &[]));
+        let newest = |cats: &[Sym], limit| m.newest_of(cats.iter().copied(), limit);
+        assert_eq!(texts(newest(&[C1, C2], 10).into_iter().map(|(_, w)| w)), ["a", "b", "c", "d"]);
+        assert_eq!(newest(&[C1, C2, 99], 2).iter().map(|(added, _)| *added).collect::<Vec<_>>(), [9, 8]);
         assert!(m.newest_of([], 5).is_empty());
     }
 
     #[test]
     fn removing_what_was_filed_leaves_nothing() {
         let mut m = Members::default();
-        let (one, two) = (view(1, &["c1", "c2"], &["t1"]), view(2, &["c2"], &["t1", "t2"]));
-        m.insert("v1", &one);
-        m.insert("v2", &two);
-        m.remove("v1", &one);
-        assert_eq!(m.of_category("c2").collect::<Vec<_>>(), ["v2"]);
-        m.remove("v2", &two);
+        let (one, two) = (view(1, &[C1, C2], &[T1]), view(2, &[C2], &[T1, T2]));
+        let (v1, v2) = (Wid::new("v1"), Wid::new("v2"));
+        m.insert(&v1, &one);
+        m.insert(&v2, &two);
+        m.remove(&v1, &one);
+        assert_eq!(texts(m.of_category(Some(C2))), ["v2"]);
+        m.remove(&v2, &two);
         assert!(m.is_empty(), "{m:?}");
         assert_eq!(m.len(), 0);
     }

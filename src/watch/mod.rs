@@ -13,6 +13,7 @@
 //! runs a full rebuild, and streams from that time, so no change falls in
 //! the gap and none is overwritten by older data.
 
+pub mod compact;
 pub mod members;
 pub mod metrics;
 pub mod model;
@@ -246,15 +247,17 @@ pub async fn run_fenced(
                     }
                 }
                 let loading = Instant::now();
-                let mut loaded = load_state(&source, cfg).await?;
+                // What the cache holds of the scoped and catalogue keys
+                // (catalogue contents unknown), scanned while the state
+                // loads: the state may already be newer than what was
+                // written (changes after the rebuild read, or while this
+                // process was down), and a delete replayed from the
+                // tokens must find the keys to remove.
+                let (loaded, existing) = tokio::join!(load_state(&source, cfg), existing_keys(&sink, &ctx));
+                let mut loaded = loaded?;
                 // Everything up to now may be in the loaded documents.
                 let loaded_at = source.cluster_time().await?;
-                // What the cache holds of the scoped and catalogue keys
-                // (catalogue contents unknown): the state may already be
-                // newer than what was written (changes after the rebuild
-                // read, or while this process was down), and a delete
-                // replayed from the tokens must find the keys to remove.
-                loaded.existing = existing_keys(&sink, &ctx).await?;
+                loaded.existing = existing?;
                 loaded.dirty = state::Scopes::from_members(sink.members(&status.cdc_pending()).await?);
                 let run_id = sink.run_id().await?;
                 tracing::info!(
@@ -664,12 +667,43 @@ fn sample_id(id: &mongodb::bson::Bson) -> String {
     crate::model::id::written_id(id).unwrap_or_else(|| format!("(unusable {:?} id)", id.element_type()))
 }
 
+/// Loads the state: the catalogue whole, then the videos streamed in
+/// chunks. The cursor fills the next chunk while a blocking thread
+/// decodes and files the previous one, so the raw documents in memory
+/// are a few chunks, never the collection.
 async fn load_state(source: &Source, cfg: &Config) -> Result<State, WatchError> {
-    let [channels, categories, tags, videos] = source.read_four(cfg).await?;
-    let names = cfg.collections.clone();
-    tokio::task::spawn_blocking(move || State::load(&names, channels, categories, tags, videos))
-        .await
-        .map_err(|e| WatchError::Internal(e.to_string()))
+    const CHUNK: usize = 8192;
+    let (c, batch) = (&cfg.collections, cfg.read_batch_size);
+    let (channels, categories, tags) = tokio::try_join!(
+        source.read_all(&c.channel, batch),
+        source.read_all(&c.category, batch),
+        source.read_all(&c.tag, batch)
+    )?;
+    let names = c.clone();
+    let internal = |e: tokio::task::JoinError| WatchError::Internal(e.to_string());
+    let mut state =
+        tokio::task::spawn_blocking(move || State::new(&names, channels, categories, tags)).await.map_err(internal)?;
+    let (tx, mut rx) = mpsc::channel(2);
+    let filing = async {
+        while let Some(chunk) = rx.recv().await {
+            state = tokio::task::spawn_blocking(move || {
+                state.load_videos(chunk);
+                state
+            })
+            .await
+            .map_err(internal)?;
+        }
+        Ok::<State, WatchError>(state)
+    };
+    let (read, filed) = tokio::join!(source.read_chunks(&c.video, batch, CHUNK, tx), filing);
+    read?;
+    let mut state = filed?;
+    tokio::task::spawn_blocking(move || {
+        state.finish_load();
+        state
+    })
+    .await
+    .map_err(internal)
 }
 
 /// The scoped and catalogue keys the cache holds (not the per-video

@@ -5,11 +5,30 @@ use crate::config::Collections;
 use mongodb::bson::{Bson, RawDocument, RawDocumentBuf};
 
 /// A document's identity: its `_id` as BSON (an ObjectId and a string of
-/// the same hex are different documents that write the same id).
-pub type IdKey = String;
+/// the same hex are different documents that write the same id). An
+/// ObjectId, the common case, is its 12 bytes; any other value is its
+/// debug text, which tells types apart.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum IdKey {
+    Oid([u8; 12]),
+    Other(Box<str>),
+}
+
+impl IdKey {
+    /// The `_id` itself, when the key alone gives it back (an ObjectId).
+    pub fn object_id(&self) -> Option<Bson> {
+        match self {
+            IdKey::Oid(bytes) => Some(Bson::ObjectId(mongodb::bson::oid::ObjectId::from_bytes(*bytes))),
+            IdKey::Other(_) => None,
+        }
+    }
+}
 
 pub fn id_key(id: &Bson) -> IdKey {
-    format!("{id:?}")
+    match id {
+        Bson::ObjectId(oid) => IdKey::Oid(oid.bytes()),
+        other => IdKey::Other(format!("{other:?}").into()),
+    }
 }
 
 pub fn raw_id_key(doc: &RawDocument) -> Option<IdKey> {

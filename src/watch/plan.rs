@@ -5,12 +5,13 @@
 //! ([`crate::plan::plan_catalog`], [`crate::plan::video::plan_selected`]);
 //! this module only decides which keys a batch affects.
 
+use super::compact::Wid;
 use super::state::{Applied, Scopes, State};
 use crate::model::catalog::Catalog;
 use crate::model::report::RefReport;
 use crate::plan::video::{Member, Selection, distinct, plan_selected, resolve};
 use crate::plan::{self, Change, FamilySet, Op, PlanCtx, Value};
-use crate::registry::FamilyId;
+use crate::registry::{FamilyId, HomeSectionKind};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// What Redis holds of the touched videos: the categories their
@@ -155,19 +156,19 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         tags.insert(tag.id.clone());
     }
     for c in &flipped {
-        videos.extend(state.members.of_category(c).map(str::to_string));
+        videos.extend(state.members.of_category(state.syms.get(c)).map(Wid::text));
     }
 
     // Touched videos: the detail always; the index scopes only when what
     // they index may have changed, here or in what Redis holds.
     for (w, (before_view, before_cats)) in &applied.videos {
         let video = state.effective(w);
-        let detail = video.and_then(|v| v.detail.as_deref());
+        let detail = video.and_then(|v| v.detail);
         match detail {
             Some(detail) => put(&mut out, ctx, FamilyId::VideoDetail, &[w], Value::String(detail.to_string())),
             None => delete(&mut out, ctx, FamilyId::VideoDetail, &[w]),
         }
-        let now_cats = video.map(|v| State::active_categories(catalog, v)).unwrap_or_default();
+        let now_cats = video.map(|v| state.active_categories(catalog, v)).unwrap_or_default();
         let redis_cats = redis.categories.get(w).cloned().unwrap_or_default();
         let now_view = state.index_view(w);
         let quiet = *before_view == now_view
@@ -188,7 +189,7 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         cats.extend(now_cats);
         // The tag lists it was or is in.
         for (_, _, refs) in before_view.iter().chain(&now_view) {
-            tags.extend(refs.iter().cloned());
+            tags.extend(refs.iter().map(|&t| state.name(t).to_string()));
         }
         tags.extend(held_tags);
     }
@@ -201,26 +202,31 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         }
     }
 
-    // The selection over the new catalogue, planned by the rebuild's own
-    // index planner from the members of the selected scopes alone.
-    let index_of = |ids: &BTreeSet<String>, all: &mut dyn Iterator<Item = &str>| -> rustc_hash::FxHashSet<usize> {
-        all.enumerate().filter(|(_, id)| ids.contains(*id)).map(|(i, _)| i).collect()
-    };
+    // The scopes' keys come off their ordered members; the rebuild's
+    // planner gives the selected videos' `video:categories`.
     let sel = Selection {
-        categories: Some(index_of(&cats, &mut catalog.categories.iter().map(|c| c.id.as_str()))),
-        tags: Some(index_of(&tags, &mut catalog.tags.iter().map(|t| t.id.as_str()))),
-        channels: Some(index_of(&channels, &mut catalog.channels.iter().map(|c| c.id.as_str()))),
+        categories: Some(Default::default()),
+        tags: Some(Default::default()),
+        channels: Some(Default::default()),
         videos: Some(videos.iter().cloned().collect()),
     };
-    let ops = if sel.is_empty() {
-        Vec::new()
-    } else {
-        let walk = |f: &mut dyn FnMut(Member<'_>)| out.visited = visit(state, catalog, ctx, &sel, f);
-        plan_selected(walk, catalog, ctx, &sel)
-    };
+    let mut ops = plan_homes(state, ctx, &channels);
+    ops.extend(plan_scopes(state, ctx, &cats, &tags, &mut out.visited));
+    if !sel.is_empty() {
+        let walk = |f: &mut dyn FnMut(Member<'_>)| out.visited += visit(state, catalog, &sel, f);
+        ops.extend(plan_selected(walk, catalog, ctx, &sel));
+    }
     let planned: HashSet<String> = ops.iter().map(|op| op.key.text.clone()).collect();
     for op in ops {
-        out.written.push((op.key.text.clone(), None));
+        // A scope's key whose value is what this process last wrote
+        // there is left alone: most of a busy batch's home sections and
+        // lists come out as they were.
+        let tracked = crate::registry::Registry::get().family(op.key.family).scope != [crate::registry::Scope::Video];
+        let d = tracked.then(|| digest(&op.value));
+        if d.is_some() && state.existing.digest(&op.key.text) == d {
+            continue;
+        }
+        out.written.push((op.key.text.clone(), d));
         out.changes.push(Change::Put(op));
     }
 
@@ -266,49 +272,98 @@ fn scoped_by_tag(ctx: &PlanCtx, key: &str) -> bool {
     ctx.keys.classify(key).is_some_and(|f| registry.family(f).scope.contains(&crate::registry::Scope::Tag))
 }
 
-/// Visits, once each, the active videos the selection's keys list: every
-/// member of a selected category or tag, the newest `limit` of the union
-/// of a selected channel's categories (its home sections), and the
-/// selected videos. Gives how many it visited.
-fn visit(state: &State, catalog: &Catalog, ctx: &PlanCtx, sel: &Selection, f: &mut dyn FnMut(Member<'_>)) -> usize {
-    let chosen = |set: &Option<rustc_hash::FxHashSet<usize>>, i: usize| set.as_ref().is_some_and(|s| s.contains(&i));
-    let mut ids: Vec<&str> = Vec::new();
-    for (_, c) in catalog.categories.iter().enumerate().filter(|(i, c)| c.active && chosen(&sel.categories, *i)) {
-        ids.extend(state.members.of_category(&c.id));
+/// The keys of the selected categories and tags over the new catalogue,
+/// read off their ordered members (what a full rebuild lists, in its
+/// order): an active category's count, index and list are its members;
+/// an active tag's list is those of its members that are also members of
+/// the tag's category, when that category is active. Counts the members
+/// read into `visited`.
+fn plan_scopes(
+    state: &State,
+    ctx: &PlanCtx,
+    cats: &BTreeSet<String>,
+    tags: &BTreeSet<String>,
+    visited: &mut usize,
+) -> Vec<Op> {
+    let (catalog, members) = (&state.catalog, &state.members);
+    let mut out = Vec::new();
+    for cat in catalog.categories.iter().filter(|c| c.active && cats.contains(&c.id)) {
+        let scored: Vec<(i64, String)> =
+            members.ranked_of_category(state.syms.get(&cat.id)).map(|(added, w)| (added, w.text())).collect();
+        *visited += scored.len();
+        let id = [cat.id.as_str()];
+        ctx.emit(&mut out, FamilyId::CategoryVideoCount, &id, Value::String(scored.len().to_string()));
+        if ctx.families.contains(FamilyId::VideoCategoryList) {
+            let ids = scored.iter().map(|(_, w)| w.clone()).collect();
+            ctx.emit(&mut out, FamilyId::VideoCategoryList, &id, Value::List(ids));
+        }
+        ctx.emit(&mut out, FamilyId::VideoCategoryIndex, &id, Value::Zset(scored));
     }
-    for (_, t) in catalog.tags.iter().enumerate().filter(|(i, t)| t.active && chosen(&sel.tags, *i)) {
-        ids.extend(state.members.of_tag(&t.id));
+    if !ctx.families.contains(FamilyId::VideoTagList) {
+        return out;
     }
-    let home =
-        ctx.home_sections.iter().map(|s| s.limit).max().filter(|_| ctx.families.contains(FamilyId::VideoListHome));
-    if let Some(limit) = home {
-        for (_, ch) in catalog.channels.iter().enumerate().filter(|(i, _)| chosen(&sel.channels, *i)) {
-            let mut cats: Vec<&str> = ch.categories.iter().map(|r| r.id.as_str()).collect();
-            cats.sort_unstable();
-            cats.dedup();
-            cats.retain(|c| catalog.active_category(c).is_some());
-            // The section's members are the union's newest; each of its
-            // categories' lists holds them within its own first `limit`.
-            ids.extend(state.members.newest_of(cats, limit));
+    for tag in catalog.tags.iter().filter(|t| t.active && tags.contains(&t.id)) {
+        let Some(owner) = catalog.active_category(&tag.category_id) else { continue };
+        let owner = state.syms.get(&owner.id);
+        let ids: Vec<String> = members
+            .ranked_of_tag(state.syms.get(&tag.id))
+            .inspect(|_| *visited += 1)
+            .filter(|(added, w)| members.in_category(owner, *added, w))
+            .map(|(_, w)| w.text())
+            .collect();
+        ctx.emit(&mut out, FamilyId::VideoTagList, &[&tag.category_id, &tag.id], Value::List(ids));
+    }
+    out
+}
+
+/// The home sections of the selected channels: per section the newest
+/// `limit` distinct members of the channel's active categories, read off
+/// their ordered members (a merge), never by looking a video up.
+fn plan_homes(state: &State, ctx: &PlanCtx, channels: &BTreeSet<String>) -> Vec<Op> {
+    let catalog = &state.catalog;
+    let mut out = Vec::new();
+    if !ctx.families.contains(FamilyId::VideoListHome) {
+        return out;
+    }
+    for ch in catalog.channels.iter().filter(|ch| channels.contains(&ch.id)) {
+        let mut cats: Vec<&str> = ch.categories.iter().map(|r| r.id.as_str()).collect();
+        cats.sort_unstable();
+        cats.dedup();
+        let syms: Vec<_> =
+            cats.iter().filter(|c| catalog.active_category(c).is_some()).filter_map(|c| state.syms.get(c)).collect();
+        for section in &ctx.home_sections {
+            let HomeSectionKind::Latest = section.kind;
+            let picked = state.members.newest_of(syms.iter().copied(), section.limit);
+            let scored = picked.into_iter().map(|(added, w)| (added, w.text())).collect();
+            ctx.emit(&mut out, FamilyId::VideoListHome, &[&ch.id, &section.name], Value::Zset(scored));
         }
     }
-    ids.extend(sel.videos.iter().flatten().map(String::as_str));
-    let mut seen: HashSet<&str> = HashSet::with_capacity(ids.len());
+    out
+}
+
+/// Visits, once each, the selected videos that are active. Gives how
+/// many it visited.
+fn visit(state: &State, catalog: &Catalog, sel: &Selection, f: &mut dyn FnMut(Member<'_>)) -> usize {
+    let ids: Vec<Wid> = sel.videos.iter().flatten().map(|w| Wid::new(w)).collect();
+    let mut seen: rustc_hash::FxHashSet<&Wid> = Default::default();
+    seen.reserve(ids.len());
+    // Each reference resolved against the catalogue once.
+    let cat_of = state.syms.resolve(|c| catalog.active_category_index(c));
+    let tag_of = state.syms.resolve(|t| {
+        catalog.active_tag_index(t).map(|i| (i, catalog.active_category_index(&catalog.tags[i].category_id)))
+    });
     let (mut cats, mut tags) = (Vec::new(), Vec::new());
     let mut refs = RefReport::default();
     let mut visited = 0;
-    for w in ids {
+    for w in &ids {
         if !seen.insert(w) {
             continue;
         }
-        let Some(v) = state.effective(w) else { continue };
-        let cat_refs =
-            distinct(v.category_ids.iter().map(String::as_str)).into_iter().map(|c| catalog.active_category_index(c));
-        let tag_refs = distinct(v.tag_ids.iter().map(String::as_str)).into_iter().map(|t| {
-            catalog.active_tag_index(t).map(|i| (i, catalog.active_category_index(&catalog.tags[i].category_id)))
-        });
+        let Some(v) = state.effective_of(w) else { continue };
+        let cat_refs = distinct(v.cats.iter().copied()).into_iter().map(|c| cat_of[c as usize]);
+        let tag_refs = distinct(v.tags.iter().copied()).into_iter().map(|t| tag_of[t as usize]);
         resolve(cat_refs, tag_refs, &mut refs, &mut cats, &mut tags);
-        f(Member { id: w, added_ms: v.added_ms, cats: &cats, tags: &tags });
+        f(Member { id: &w.text(), added_ms: v.added_ms, cats: &cats, tags: &tags });
         visited += 1;
     }
     visited

@@ -1,6 +1,7 @@
-//! The watcher's state: the raw catalogue documents, one decoded tuple per
-//! video, and what the cache holds of the keys a full rebuild sweeps by
-//! scope (which a later change may have to delete).
+//! The watcher's state: the raw catalogue documents, a compact record per
+//! video (what the index families read of it, never its payload), and
+//! what the cache holds of the keys a full rebuild sweeps by scope (which
+//! a later change may have to delete).
 //!
 //! Events change the state at once, but reversibly: [`State::apply`]
 //! returns an [`Applied`] that either [`State::commit`] keeps (after the
@@ -8,6 +9,7 @@
 //! back, leaving the state exactly as it was, so a replayed batch plans
 //! the same writes.
 
+use super::compact::{Sym, Syms, Wid};
 use super::members::Members;
 use super::model::{Coll, Event, IdKey, raw_id_key};
 use crate::config::Collections;
@@ -20,15 +22,38 @@ use crate::rebuild::decode_catalog;
 use crate::registry::{FamilyId, Scope};
 use indexmap::IndexMap;
 use mongodb::bson::{Bson, RawDocumentBuf};
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeSet, HashMap};
 
+/// One video document, compactly.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VideoState {
-    pub raw_id: Bson,
+    /// The `_id`, when its key does not give it back (not an ObjectId).
+    other_id: Option<Box<Bson>>,
     /// The written id, when usable.
-    pub written: Option<String>,
-    /// The decoded video; `None` when the document is rejected.
-    pub doc: Option<VideoDoc>,
+    pub written: Option<Wid>,
+    /// What the index families read of it; `None` when it is rejected.
+    pub doc: Option<Slim>,
+}
+
+/// What the index families read of a valid video: references as stored
+/// (repeats kept), interned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Slim {
+    pub active: bool,
+    pub added_ms: i64,
+    pub cats: Box<[Sym]>,
+    pub tags: Box<[Sym]>,
+}
+
+/// An effective video as planning reads it: its record, and its detail
+/// payload when the current batch decoded it.
+#[derive(Debug, Clone, Copy)]
+pub struct Video<'s> {
+    pub added_ms: i64,
+    pub cats: &'s [Sym],
+    pub tags: &'s [Sym],
+    pub detail: Option<&'s str>,
 }
 
 /// Keys of the scoped index families and of the catalogue families that
@@ -46,6 +71,9 @@ pub struct Existing {
     /// Catalogue-family keys with the digest of their last written value
     /// (`None`: exists, contents unknown).
     pub catalog: HashMap<String, Option<u128>>,
+    /// The digest of what this process last wrote to a scoped key, while
+    /// it is known: a load, a job or a failed batch leaves it unknown.
+    pub scoped: HashMap<String, u128>,
 }
 
 /// The families [`Existing`] tracks: all but those scoped by video,
@@ -83,6 +111,10 @@ impl Existing {
             }
             _ => {}
         }
+        match add {
+            Some(Some(digest)) => self.scoped.insert(key.to_string(), digest),
+            _ => self.scoped.remove(key),
+        };
         for (s, id) in scope.iter().zip(args) {
             let map = match s {
                 Scope::Category => &mut self.by_category,
@@ -112,9 +144,15 @@ impl Existing {
             map.retain(|_, set| !set.is_empty());
         }
         self.catalog.retain(|k, _| !gone(k));
+        self.scoped.retain(|k, _| !gone(k));
         for name in names {
             self.insert(keys, name, None);
         }
+    }
+
+    /// The digest of a tracked key's value, when known.
+    pub fn digest(&self, key: &str) -> Option<u128> {
+        self.catalog.get(key).copied().flatten().or_else(|| self.scoped.get(key).copied())
     }
 
     /// How many keys are tracked.
@@ -200,18 +238,23 @@ impl Scopes {
     }
 }
 
-/// What the index families read of a video: active, `addedTime`, and its
+/// What the index families read of an active video: `addedTime`, and its
 /// category and tag references as stored.
-pub type IndexView = (i64, Vec<String>, Vec<String>);
+pub type IndexView = (i64, Box<[Sym]>, Box<[Sym]>);
 
 pub struct State {
     pub names: Collections,
     pub catalog_docs: [IndexMap<IdKey, RawDocumentBuf>; 3],
     pub catalog: Catalog,
-    pub videos: HashMap<IdKey, VideoState>,
+    pub videos: FxHashMap<IdKey, VideoState>,
     /// Per written id, the documents carrying it in arrival order; the
     /// first one owns the id (later ones are repeats and rejected).
-    pub by_written: HashMap<String, Vec<IdKey>>,
+    pub by_written: FxHashMap<Wid, Vec<IdKey>>,
+    /// The category and tag references the videos carry.
+    pub syms: Syms,
+    /// Detail payloads the current batch decoded, by document: planning
+    /// writes them; committing or undoing the batch drops them.
+    details: FxHashMap<IdKey, String>,
     pub existing: Existing,
     /// The active videos of each referenced category and tag.
     pub members: Members,
@@ -241,7 +284,7 @@ pub struct Applied {
     /// of 20,000 updates looked each one up in a list and spent seconds
     /// there.
     old_videos: HashMap<IdKey, Option<VideoState>>,
-    old_owners: HashMap<String, Option<Vec<IdKey>>>,
+    old_owners: HashMap<Wid, Option<Vec<IdKey>>>,
     /// Written ids of the videos the batch touched, with the index view
     /// and the active categories each had before it.
     pub videos: std::collections::BTreeMap<String, (Option<IndexView>, Vec<String>)>,
@@ -272,6 +315,69 @@ impl Applied {
 }
 
 impl State {
+    /// A state with the catalogue and no videos yet: the load files them
+    /// in chunks ([`State::load_videos`]) and ends with
+    /// [`State::finish_load`].
+    pub fn new(
+        names: &Collections,
+        channels: Vec<RawDocumentBuf>,
+        categories: Vec<RawDocumentBuf>,
+        tags: Vec<RawDocumentBuf>,
+    ) -> State {
+        let index = |docs: Vec<RawDocumentBuf>| -> IndexMap<IdKey, RawDocumentBuf> {
+            docs.into_iter().filter_map(|d| raw_id_key(&d).map(|k| (k, d))).collect()
+        };
+        let mut state = State {
+            names: names.clone(),
+            catalog: Catalog::default(),
+            catalog_docs: [index(channels), index(categories), index(tags)],
+            videos: FxHashMap::default(),
+            by_written: FxHashMap::default(),
+            syms: Syms::default(),
+            details: FxHashMap::default(),
+            existing: Existing::default(),
+            members: Members::default(),
+            dirty: Scopes::default(),
+            catching_up: true,
+            replayed: true,
+        };
+        state.catalog = state.decode_catalog();
+        state
+    }
+
+    /// Files the next video documents of the load, in cursor order: they
+    /// are decoded in parallel, then filed one by one, so the first
+    /// document of a written id owns it, as in a rebuild. The raw
+    /// documents are dropped here; the load never holds them all.
+    pub fn load_videos(&mut self, docs: Vec<RawDocumentBuf>) {
+        use rayon::prelude::*;
+        let decoded: Vec<_> = docs
+            .par_iter()
+            .map(|doc| {
+                let (key, raw_id) = (raw_id_key(doc)?, doc.get("_id").ok().flatten()?);
+                let raw_id: Bson = raw_id.to_raw_bson().try_into().unwrap_or(Bson::Null);
+                Some((key, raw_id, decode(doc, false).0))
+            })
+            .collect();
+        drop(docs);
+        self.videos.reserve(decoded.len());
+        self.by_written.reserve(decoded.len());
+        for (key, raw_id, video) in decoded.into_iter().flatten() {
+            self.put_video(key, raw_id, video);
+        }
+    }
+
+    /// Ends the load: files every effective video under its scopes.
+    pub fn finish_load(&mut self) {
+        let mut members = Members::default();
+        for w in self.by_written.keys() {
+            if let Some(view) = self.view_of(w) {
+                members.insert(w, &view);
+            }
+        }
+        self.members = members;
+    }
+
     /// Builds the state from whole collections, in cursor order.
     pub fn load(
         names: &Collections,
@@ -280,45 +386,9 @@ impl State {
         tags: Vec<RawDocumentBuf>,
         videos: Vec<RawDocumentBuf>,
     ) -> State {
-        let index = |docs: Vec<RawDocumentBuf>| -> IndexMap<IdKey, RawDocumentBuf> {
-            docs.into_iter().filter_map(|d| raw_id_key(&d).map(|k| (k, d))).collect()
-        };
-        let catalog_docs = [index(channels), index(categories), index(tags)];
-        let mut state = State {
-            names: names.clone(),
-            catalog: Catalog::default(),
-            catalog_docs,
-            videos: HashMap::with_capacity(videos.len()),
-            by_written: HashMap::with_capacity(videos.len()),
-            existing: Existing::default(),
-            members: Members::default(),
-            dirty: Scopes::default(),
-            catching_up: true,
-            replayed: true,
-        };
-        state.catalog = state.decode_catalog();
-        // Decoded in parallel, filed in cursor order: the first document
-        // of a written id owns it, as in a rebuild.
-        use rayon::prelude::*;
-        let decoded: Vec<_> = videos
-            .par_iter()
-            .map(|doc| {
-                let (key, raw_id) = (raw_id_key(doc)?, doc.get("_id").ok().flatten()?);
-                let raw_id: Bson = raw_id.to_raw_bson().try_into().unwrap_or(Bson::Null);
-                Some((key, raw_id, decode(doc, false).0))
-            })
-            .collect();
-        drop(videos);
-        for (key, raw_id, video) in decoded.into_iter().flatten() {
-            state.put_video(key, raw_id, video);
-        }
-        let mut members = Members::default();
-        for w in state.by_written.keys() {
-            if let Some(view) = state.index_view(w) {
-                members.insert(w, &view);
-            }
-        }
-        state.members = members;
+        let mut state = State::new(names, channels, categories, tags);
+        state.load_videos(videos);
+        state.finish_load();
         state
     }
 
@@ -333,41 +403,76 @@ impl State {
 
     /// The video that owns a written id: the first document carrying it,
     /// when that document is valid and active.
-    pub fn effective(&self, written: &str) -> Option<&VideoDoc> {
+    pub fn effective(&self, written: &str) -> Option<Video<'_>> {
+        self.effective_of(&Wid::new(written))
+    }
+
+    pub fn effective_of(&self, written: &Wid) -> Option<Video<'_>> {
         let first = self.by_written.get(written)?.first()?;
-        self.videos.get(first)?.doc.as_ref().filter(|d| d.active)
+        let slim = self.videos.get(first)?.doc.as_ref().filter(|d| d.active)?;
+        Some(Video {
+            added_ms: slim.added_ms,
+            cats: &slim.cats,
+            tags: &slim.tags,
+            detail: self.details.get(first).map(String::as_str),
+        })
     }
 
     /// The owner of a written id when its detail payload is not known
     /// (it was loaded without one): its raw `_id`, to read it again.
     pub fn needs_detail(&self, written: &str) -> Option<Bson> {
-        let first = self.by_written.get(written)?.first()?;
+        let first = self.by_written.get(&Wid::new(written))?.first()?;
         let state = self.videos.get(first)?;
-        state.doc.as_ref().filter(|d| d.active && d.detail.is_none()).map(|_| state.raw_id.clone())
+        let active = state.doc.as_ref().is_some_and(|d| d.active);
+        if !active || self.details.contains_key(first) {
+            return None;
+        }
+        first.object_id().or_else(|| state.other_id.as_deref().cloned())
     }
 
     pub fn index_view(&self, written: &str) -> Option<IndexView> {
-        self.effective(written).map(|v| (v.added_ms, v.category_ids.clone(), v.tag_ids.clone()))
+        self.view_of(&Wid::new(written))
+    }
+
+    fn view_of(&self, written: &Wid) -> Option<IndexView> {
+        self.effective_of(written).map(|v| (v.added_ms, v.cats.into(), v.tags.into()))
+    }
+
+    /// A reference's text.
+    pub fn name(&self, sym: Sym) -> &str {
+        self.syms.name(sym)
     }
 
     /// The video's distinct active categories, per `catalog`.
-    pub fn active_categories(catalog: &Catalog, video: &VideoDoc) -> Vec<String> {
+    pub fn active_categories(&self, catalog: &Catalog, video: Video<'_>) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
-        for c in &video.category_ids {
-            if catalog.active_category(c).is_some() && !out.contains(c) {
-                out.push(c.clone());
+        for c in video.cats.iter().map(|&s| self.syms.name(s)) {
+            if catalog.active_category(c).is_some() && !out.iter().any(|o| o == c) {
+                out.push(c.to_string());
             }
         }
         out
     }
 
     fn put_video(&mut self, key: IdKey, raw_id: Bson, doc: Result<VideoDoc, Rejection>) {
-        let written = crate::model::id::written_id(&raw_id);
+        let written = crate::model::id::written_id(&raw_id).map(|w| Wid::new(&w));
         if let Some(old) = self.videos.get(&key).filter(|old| old.written != written) {
             let old = old.written.clone();
             self.unlink_written(&key, old);
         }
-        self.videos.insert(key.clone(), VideoState { raw_id, written: written.clone(), doc: doc.ok() });
+        let other_id = key.object_id().is_none().then(|| Box::new(raw_id));
+        let doc = doc.ok().map(|mut d| {
+            match d.detail.take() {
+                Some(detail) => self.details.insert(key.clone(), detail),
+                None => self.details.remove(&key),
+            };
+            let mut intern = |ids: Vec<String>| ids.iter().map(|i| self.syms.intern(i)).collect();
+            Slim { active: d.active, added_ms: d.added_ms, cats: intern(d.category_ids), tags: intern(d.tag_ids) }
+        });
+        if doc.is_none() {
+            self.details.remove(&key);
+        }
+        self.videos.insert(key.clone(), VideoState { other_id, written: written.clone(), doc });
         if let Some(w) = written {
             let list = self.by_written.entry(w).or_default();
             if !list.contains(&key) {
@@ -376,7 +481,7 @@ impl State {
         }
     }
 
-    fn unlink_written(&mut self, key: &IdKey, written: Option<String>) {
+    fn unlink_written(&mut self, key: &IdKey, written: Option<Wid>) {
         let Some(w) = written else { return };
         if let Some(list) = self.by_written.get_mut(&w) {
             list.retain(|k| k != key);
@@ -409,6 +514,7 @@ impl State {
                 }
                 Event::Remove { coll: Coll::Video, key, raw_id } => {
                     self.before_video(&key, &raw_id, &mut applied);
+                    self.details.remove(&key);
                     if let Some(old) = self.videos.remove(&key) {
                         self.unlink_written(&key, old.written);
                     }
@@ -431,11 +537,12 @@ impl State {
         }
         // Refile the touched videos: out as they were, in as they are.
         for (w, (before, _)) in &applied.videos {
+            let w = Wid::new(w);
             if let Some(view) = before {
-                self.members.remove(w, view);
+                self.members.remove(&w, view);
             }
-            if let Some(view) = self.index_view(w) {
-                self.members.insert(w, &view);
+            if let Some(view) = self.view_of(&w) {
+                self.members.insert(&w, &view);
             }
         }
         applied
@@ -453,11 +560,12 @@ impl State {
     fn before_video(&mut self, key: &IdKey, raw_id: &Bson, applied: &mut Applied) {
         applied.old_videos.entry(key.clone()).or_insert_with(|| self.videos.get(key).cloned());
         let old_written = self.videos.get(key).and_then(|s| s.written.clone());
-        for w in old_written.into_iter().chain(crate::model::id::written_id(raw_id)) {
+        let new_written = crate::model::id::written_id(raw_id).map(|w| Wid::new(&w));
+        for w in old_written.into_iter().chain(new_written) {
             applied.old_owners.entry(w.clone()).or_insert_with(|| self.by_written.get(&w).cloned());
-            if !applied.videos.contains_key(&w) {
-                let cats = self.effective(&w).map(|v| State::active_categories(&self.catalog, v)).unwrap_or_default();
-                applied.videos.insert(w.clone(), (self.index_view(&w), cats));
+            if let std::collections::btree_map::Entry::Vacant(entry) = applied.videos.entry(w.text()) {
+                let cats = self.effective_of(&w).map(|v| self.active_categories(&self.catalog, v)).unwrap_or_default();
+                entry.insert((self.view_of(&w), cats));
             }
         }
     }
@@ -479,11 +587,13 @@ impl State {
     /// Takes a batch back: the state is exactly as before [`State::apply`].
     pub fn undo(&mut self, applied: Applied) {
         let Applied { old_catalog, old_catalog_docs, old_videos, old_owners, videos, .. } = applied;
-        for w in videos.keys() {
-            if let Some(view) = self.index_view(w) {
-                self.members.remove(w, &view);
+        for w in videos.keys().map(|w| Wid::new(w)) {
+            if let Some(view) = self.view_of(&w) {
+                self.members.remove(&w, &view);
             }
         }
+        // Between batches no detail is kept (see `commit`).
+        self.details.clear();
         if let Some(docs) = old_catalog_docs {
             self.catalog_docs = *docs;
         }
@@ -504,7 +614,7 @@ impl State {
         }
         for (w, (before, _)) in &videos {
             if let Some(view) = before {
-                self.members.insert(w, view);
+                self.members.insert(&Wid::new(w), view);
             }
         }
     }
@@ -524,12 +634,8 @@ impl State {
         for (key, digest) in written {
             self.existing.insert(keys, key, *digest);
         }
-        for w in applied.videos.keys() {
-            let first = self.by_written.get(w).and_then(|ks| ks.first()).cloned();
-            if let Some(doc) = first.and_then(|k| self.videos.get_mut(&k)).and_then(|s| s.doc.as_mut()) {
-                doc.detail = None;
-            }
-        }
+        drop(applied);
+        self.details.clear();
     }
 }
 

@@ -1,0 +1,168 @@
+//! Compact forms of what the watcher keeps per video, so its state grows
+//! by a few hundred bytes per video instead of a decoded document's
+//! kilobyte: written ids as 12 bytes when they are ObjectId hex, category
+//! and tag references interned as `u32` symbols, no rendered payloads.
+
+use rustc_hash::FxHashMap as HashMap;
+use std::fmt;
+
+/// A written id. The 24 lowercase hex digits of an ObjectId (what nearly
+/// every id is) are kept as their 12 bytes; any other id as its text. The
+/// two forms never describe the same text, so equality is the text's.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum Wid {
+    Hex([u8; 12]),
+    Text(Box<str>),
+}
+
+impl Wid {
+    pub fn new(text: &str) -> Wid {
+        match hex12(text) {
+            Some(bytes) => Wid::Hex(bytes),
+            None => Wid::Text(text.into()),
+        }
+    }
+
+    /// The id as text (allocates for the hex form).
+    pub fn text(&self) -> String {
+        self.to_string()
+    }
+}
+
+/// Text order, the contract's tie-break (ids compared as bytes): two hex
+/// forms compare by their bytes, which is their text's order; mixed
+/// forms compare by text.
+impl Ord for Wid {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        match (self, other) {
+            (Wid::Hex(a), Wid::Hex(b)) => a.cmp(b),
+            (Wid::Text(a), Wid::Text(b)) => a.cmp(b),
+            _ => self.text().cmp(&other.text()),
+        }
+    }
+}
+
+impl PartialOrd for Wid {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for Wid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Wid::Hex(bytes) => bytes.iter().try_for_each(|b| write!(f, "{b:02x}")),
+            Wid::Text(text) => f.write_str(text),
+        }
+    }
+}
+
+impl fmt::Debug for Wid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
+}
+
+/// The bytes of 24 lowercase hex digits (uppercase would not round-trip).
+fn hex12(text: &str) -> Option<[u8; 12]> {
+    let digits = text.as_bytes();
+    if digits.len() != 24 {
+        return None;
+    }
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let mut out = [0u8; 12];
+    for (i, pair) in digits.chunks_exact(2).enumerate() {
+        out[i] = (nibble(pair[0])? << 4) | nibble(pair[1])?;
+    }
+    Some(out)
+}
+
+/// An interned category or tag reference.
+pub type Sym = u32;
+
+/// Category and tag references as stored in videos, each text once. The
+/// table keeps every reference it has seen: it is bounded by the distinct
+/// references in the data (the catalogue, plus whatever dangling ids the
+/// videos carry), not by the number of videos.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Syms {
+    names: Vec<Box<str>>,
+    by_name: HashMap<Box<str>, Sym>,
+}
+
+impl Syms {
+    pub fn intern(&mut self, name: &str) -> Sym {
+        if let Some(&sym) = self.by_name.get(name) {
+            return sym;
+        }
+        let sym = Sym::try_from(self.names.len()).expect("fewer than 4 billion distinct references");
+        self.names.push(name.into());
+        self.by_name.insert(name.into(), sym);
+        sym
+    }
+
+    /// The symbol of a reference already seen.
+    pub fn get(&self, name: &str) -> Option<Sym> {
+        self.by_name.get(name).copied()
+    }
+
+    pub fn name(&self, sym: Sym) -> &str {
+        &self.names[sym as usize]
+    }
+
+    /// How many references are interned; symbols are `0..len`.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Every reference resolved once by `f`, indexed by symbol: a batch
+    /// resolves each reference against its catalogue once, not once per
+    /// video that carries it.
+    pub fn resolve<T>(&self, f: impl Fn(&str) -> T) -> Vec<T> {
+        self.names.iter().map(|n| f(n)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_id_hex_is_kept_as_bytes_and_reads_back_the_same() {
+        let hex = "65a1b2c3d4e5f6a7b8c9d0e1";
+        assert!(matches!(Wid::new(hex), Wid::Hex(_)));
+        assert_eq!(Wid::new(hex).text(), hex);
+        for other in ["65A1B2C3D4E5F6A7B8C9D0E1", "65a1b2c3d4e5f6a7b8c9d0e", "v-1", "65a1b2c3d4e5f6a7b8c9d0zz"] {
+            assert!(matches!(Wid::new(other), Wid::Text(_)), "{other}");
+            assert_eq!(Wid::new(other).text(), other);
+        }
+    }
+
+    #[test]
+    fn wids_order_as_their_text() {
+        let ids =
+            ["0000000000000000000000ff", "65a1b2c3d4e5f6a7b8c9d0e1", "65a1", "Z", "a", "ffffffffffffffffffffffff"];
+        let mut texts: Vec<&str> = ids.to_vec();
+        texts.sort_unstable();
+        let mut wids: Vec<Wid> = ids.iter().map(|s| Wid::new(s)).collect();
+        wids.sort();
+        assert_eq!(wids.iter().map(Wid::text).collect::<Vec<_>>(), texts);
+    }
+
+    #[test]
+    fn a_reference_is_interned_once() {
+        let mut syms = Syms::default();
+        let (a, b) = (syms.intern("c1"), syms.intern("t1"));
+        assert_eq!(syms.intern("c1"), a);
+        assert_ne!(a, b);
+        assert_eq!((syms.name(a), syms.get("t1"), syms.get("x")), ("c1", Some(b), None));
+    }
+}

@@ -38,6 +38,27 @@ print(f"{sys.argv[2]} videos, {sys.argv[3]}, mix {w['mix']}, window {w['window_m
 print(f"  latency at {w['rate_per_s']}/s      p50 {w['latency_p50_ms']:.0f} ms, p99 {w['latency_p99_ms']:.0f} ms "
       f"(beyond the window p99 {w['beyond_window_p99_ms']:.0f} ms)")
 print(f"  sustained                {w['sustained_per_s']:.0f} changes/s ({w['sustained_updates']} in {w['sustained_seconds']:.1f} s)")
-print(f"  visited per change       {w['visited_per_change']:.1f} videos")
-print(f"  peak RSS                 {w['peak_rss_mib']:.0f} MiB")
+print(f"  members read per change  {w['visited_per_change']:.1f}")
+print(f"  watcher RSS              peak {w['peak_rss_mib']:.0f} MiB (load and backlog), "
+      f"settled {w['settled_rss_mib']:.0f} MiB; process peak with its rebuild {w['process_peak_rss_mib']:.0f} MiB")
 PY
+# The restarted watcher's load (it resumes from tokens, so no rebuild).
+LOAD_MS=$(sed 's/\x1b\[[0-9;]*m//g' "$OUT/watch.log" | grep -o 'load_ms=[0-9]*' | tail -1 | cut -d= -f2)
+echo "  state load on restart    ${LOAD_MS:-?} ms"
+# The watcher's own footprint, as deployed: `cachewright watch` in a
+# process of its own resumes from the saved tokens (no rebuild), loads its
+# state and catches up; its peak and settled resident memory are read
+# from /proc once the streams caught up.
+"$ROOT/target/release/cachewright" watch >"$OUT/watch-alone.log" 2>&1 &
+WATCH_PID=$!
+for _ in $(seq 1 600); do
+  grep -q "caught up with the loaded documents" "$OUT/watch-alone.log" && break
+  kill -0 "$WATCH_PID" 2>/dev/null || break
+  sleep 0.1
+done
+sleep 1
+HWM=$(awk '/VmHWM/ {print int($2/1024)}' "/proc/$WATCH_PID/status" 2>/dev/null)
+RSS=$(awk '/VmRSS/ {print int($2/1024)}' "/proc/$WATCH_PID/status" 2>/dev/null)
+kill -TERM "$WATCH_PID" 2>/dev/null; wait "$WATCH_PID" 2>/dev/null || true
+PER_VIDEO=$(python3 -c "print(round(${RSS:-0} * 1048576 / $VIDEOS))")
+echo "  cachewright watch alone  peak ${HWM:-?} MiB, settled ${RSS:-?} MiB (about $PER_VIDEO bytes per video)"

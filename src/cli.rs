@@ -57,7 +57,12 @@ impl GlobalArgs {
             .clone()
             .map(EnvFilter::new)
             .unwrap_or_else(|| EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")));
-        let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+        // Colour only for a terminal: a log sent to a file or a pipe
+        // (`demo.sh > demo.log`, a service manager) stays plain text.
+        // `NO_COLOR` turns it off on a terminal too.
+        use std::io::IsTerminal;
+        let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
         match self.log_format {
             LogFormat::Json => builder.json().init(),
             LogFormat::Text => builder.with_target(false).init(),

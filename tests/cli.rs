@@ -166,6 +166,9 @@ fn strict_rebuild_with_rejections_exits_3_after_writing_and_summarising() {
 
     let out = cachewright(&["rebuild", "--strict"], &env);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    // Logs to a pipe carry no terminal colour codes.
+    let log = text(&out.stderr);
+    assert!(log.contains("INFO") && !log.contains('\u{1b}'), "{log}");
     let summary = text(&out.stdout);
     for part in
         ["video:detail", "VideoMedia", "duplicate id: 1 (e.g. 65a1b2c3d4e5f6a7b8c9d0e3)", "missing title", "dangling"]

@@ -724,3 +724,67 @@ async fn a_category_of_9000_videos_renamed_and_flipped_on_a_cluster_follows() {
     assert_eq!(metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed), 0, "no batch failed");
     assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 21).await;
 }
+
+/// Issue 21's backlog case: on the 3-master cluster, 3,000 changes of the
+/// platform mix (uploads, deletes, category moves, status flips,
+/// `addedTime` and tag changes, catalogue edits) made while the watcher
+/// was stopped are applied from its tokens. The cache equals a fresh
+/// rebuild, no batch failed, and MONITOR on every master shows no
+/// command near Lua's unpack limit and no script beyond a bound that
+/// follows the write budget, not the backlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_platform_backlog_on_a_cluster_stays_within_the_budget_and_equals_a_full_rebuild() {
+    use cachewright::dev::change_mix::{Changes, Mix};
+    let _serial = SERIAL.lock().await;
+    let s = common::shared();
+    let url = Setup::Cluster.redis_url();
+    let name = common::unique("watchclbacklog");
+    let prefix = format!("w{name}");
+    let mut cfg = config(&s.mongo.uri(), &url, &name, &prefix);
+    cfg.write_batch_cost = 20_000;
+    let mut d = data(&cfg, 41).await;
+    d.seed().await;
+    let videos = d.db.collection::<Document>("VideoMedia");
+    let extra: Vec<Document> = (0..2_000)
+        .map(|i| doc! {"_id": format!("p{i}"), "title": "p", "categoryIds": [format!("c{}", i % 4), format!("c{}", 5 + i % 3)], "tagIds": [format!("t{}", i % 6)], "listStatus": 1, "addedTime": DateTime::from_millis(1_700_000_000_000 + i)})
+        .collect();
+    videos.insert_many(extra).await.unwrap();
+    let watcher = start_streaming(&cfg).await;
+    d.settle(&url, &prefix).await;
+    watcher.stop().await;
+
+    let ids: Vec<Bson> = (0..2_000).map(|i| Bson::String(format!("p{i}"))).collect();
+    let mut changes = Changes::new(&d.db, &cfg.collections, Mix::Platform, ids).await.unwrap();
+    for seq in 0..3_000 {
+        changes.next(seq).send().await.unwrap();
+    }
+    let monitors: Vec<_> = {
+        let cluster = common::shared_cluster().cluster.lock().unwrap();
+        cluster.nodes.iter().map(common::servers::Monitor::start).collect()
+    };
+    let watcher = start(&cfg);
+    d.settle(&url, &prefix).await;
+    let metrics = watcher.stop().await;
+    let lines: Vec<String> = monitors.into_iter().flat_map(|m| m.stop()).collect();
+    assert_eq!(metrics.rebuilds.load(std::sync::atomic::Ordering::Relaxed), 0, "resumed from the tokens");
+    assert_eq!(metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed), 0, "no batch failed");
+    let ours: Vec<&String> =
+        lines.iter().filter(|l| l.contains(&format!("{prefix}:")) || l.contains(&prefix)).collect();
+    assert!(ours.len() > 100, "MONITOR saw the backlog's writes ({} lines)", ours.len());
+    // `<time> [<db> <client>] "<COMMAND>" "<arg>" …`: quoted arguments.
+    let args = |line: &str| line.split_once("] ").map_or(0, |(_, rest)| rest.split("\" \"").count());
+    let widest = ours.iter().map(|l| args(l)).max().unwrap_or(0);
+    assert!(widest < 7_999, "a command carried {widest} arguments, past what Lua can unpack");
+    // A script carries one unit: a quarter of `write_batch_cost`, or one
+    // value above it alone (a detail here is well under 4 KB).
+    let bound = cfg.write_batch_cost / cachewright::sink::cluster::SCRIPT_BUDGET_DIVISOR + 4_096;
+    let scripts: Vec<&&String> = ours.iter().filter(|l| l.contains("\"EVAL")).collect();
+    assert!(!scripts.is_empty(), "the cluster's writes go out as scripts");
+    for line in scripts {
+        // The arguments after the script body (its first argument).
+        let carried = line.split_once("] ").map(|(_, r)| r.split("\" \"").skip(2).map(str::len).sum::<usize>());
+        let carried = carried.unwrap_or(0);
+        assert!(carried <= 2 * bound, "a script carried {carried} bytes of arguments (bound {bound}): {line:.300}");
+    }
+    assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 41).await;
+}

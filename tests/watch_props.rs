@@ -374,8 +374,8 @@ fn state_fingerprint(state: &State) -> String {
         .videos
         .iter()
         .map(|(k, v)| {
-            let doc = v.doc.as_ref().map(|d| (d.active, d.added_ms, names(&d.cats), names(&d.tags)));
-            (format!("{k:?}"), format!("{:?}", (v.written.as_ref(), doc)))
+            let doc = v.doc.as_ref().map(|d| (d.active, d.added_ms, names(d.cats()), names(d.tags())));
+            (format!("{k:?}"), format!("{doc:?}"))
         })
         .collect();
     let owners: BTreeMap<String, String> =

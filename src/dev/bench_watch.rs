@@ -28,21 +28,36 @@ pub struct WatchBench {
     pub sustained_updates: u64,
     pub sustained_seconds: f64,
     pub sustained_per_s: f64,
-    /// Videos the watcher's planning visited per applied change (the
-    /// members of the touched scopes).
+    /// Scope members the watcher's planning read per applied change.
     pub visited_per_change: f64,
-    /// This process's peak resident memory (the watcher runs in it).
+    /// Peak resident memory of the second watcher, from its start (its
+    /// load, then the backlog): the peak is reset when the first watcher
+    /// (and the full rebuild it ran, with no saved tokens) is gone.
     pub peak_rss_mib: f64,
+    /// Resident memory once the second watcher had loaded and applied the
+    /// backlog: what its state holds.
+    pub settled_rss_mib: f64,
+    /// This process's peak over the whole run, the rebuild included.
+    pub process_peak_rss_mib: f64,
 }
 
-/// Peak resident memory of this process (`VmHWM`), in MiB.
-fn peak_rss_mib() -> f64 {
+/// A line of this process's `/proc/self/status` in MiB: `VmHWM` (the
+/// peak resident memory) or `VmRSS` (the current one).
+fn status_mib(field: &str) -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let kib = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok());
     kib.unwrap_or(0.0) / 1024.0
+}
+
+/// Resets `VmHWM` to the current resident memory (Linux: writing 5 to
+/// `clear_refs`), so a later reading is the peak of what followed.
+fn reset_peak_rss() {
+    if let Err(err) = std::fs::write("/proc/self/clear_refs", "5") {
+        tracing::warn!(error = %err, "could not reset the peak RSS; it includes the earlier phases");
+    }
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -162,6 +177,8 @@ pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevR
         }
     }
     while inflight.next().await.is_some() {}
+    let process_peak = status_mib("VmHWM");
+    reset_peak_rss();
     let opts = WatchOptions { window, ..WatchOptions::default() };
     let (stop_tx, watcher, metrics) = spawn_streaming(cfg, opts).await?;
     let started = Instant::now();
@@ -180,13 +197,16 @@ pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevR
         }
     }
     let sustained_seconds = last_batch.duration_since(started).as_secs_f64().max(0.001);
+    let settled_rss_mib = status_mib("VmRSS");
     let _ = stop_tx.send(());
     watcher.await??;
     let visited = metrics.visited_videos.load(Ordering::Relaxed);
     Ok(WatchBench {
         mix,
         visited_per_change: visited as f64 / applied.max(1) as f64,
-        peak_rss_mib: peak_rss_mib(),
+        peak_rss_mib: status_mib("VmHWM"),
+        settled_rss_mib,
+        process_peak_rss_mib: process_peak.max(status_mib("VmHWM")),
         window_ms: window.as_millis() as u64,
         rate_per_s: rate,
         updates_sent: total,

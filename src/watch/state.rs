@@ -29,21 +29,36 @@ use std::collections::{BTreeSet, HashMap};
 #[derive(Debug, Clone, PartialEq)]
 pub struct VideoState {
     /// The `_id`, when its key does not give it back (not an ObjectId).
+    /// The written id is not kept: it follows from the key.
     other_id: Option<Box<Bson>>,
-    /// The written id, when usable.
-    pub written: Option<Wid>,
     /// What the index families read of it; `None` when it is rejected.
     pub doc: Option<Slim>,
 }
 
 /// What the index families read of a valid video: references as stored
-/// (repeats kept), interned.
+/// (repeats kept), interned, categories then tags in one allocation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Slim {
     pub active: bool,
+    /// How many of `refs` are categories.
+    cats_len: u32,
     pub added_ms: i64,
-    pub cats: Box<[Sym]>,
-    pub tags: Box<[Sym]>,
+    refs: Box<[Sym]>,
+}
+
+impl Slim {
+    pub fn new(active: bool, added_ms: i64, cats: Vec<Sym>, tags: Vec<Sym>) -> Slim {
+        let cats_len = u32::try_from(cats.len()).expect("fewer than 4 billion references");
+        Slim { active, cats_len, added_ms, refs: [cats, tags].concat().into_boxed_slice() }
+    }
+
+    pub fn cats(&self) -> &[Sym] {
+        &self.refs[..self.cats_len as usize]
+    }
+
+    pub fn tags(&self) -> &[Sym] {
+        &self.refs[self.cats_len as usize..]
+    }
 }
 
 /// An effective video as planning reads it: its record, and its detail
@@ -369,13 +384,7 @@ impl State {
 
     /// Ends the load: files every effective video under its scopes.
     pub fn finish_load(&mut self) {
-        let mut members = Members::default();
-        for w in self.by_written.keys() {
-            if let Some(view) = self.view_of(w) {
-                members.insert(w, &view);
-            }
-        }
-        self.members = members;
+        self.members = Members::build(self.by_written.keys().filter_map(|w| Some((w, self.view_of(w)?))));
     }
 
     /// Builds the state from whole collections, in cursor order.
@@ -412,8 +421,8 @@ impl State {
         let slim = self.videos.get(first)?.doc.as_ref().filter(|d| d.active)?;
         Some(Video {
             added_ms: slim.added_ms,
-            cats: &slim.cats,
-            tags: &slim.tags,
+            cats: slim.cats(),
+            tags: slim.tags(),
             detail: self.details.get(first).map(String::as_str),
         })
     }
@@ -455,11 +464,8 @@ impl State {
     }
 
     fn put_video(&mut self, key: IdKey, raw_id: Bson, doc: Result<VideoDoc, Rejection>) {
-        let written = crate::model::id::written_id(&raw_id).map(|w| Wid::new(&w));
-        if let Some(old) = self.videos.get(&key).filter(|old| old.written != written) {
-            let old = old.written.clone();
-            self.unlink_written(&key, old);
-        }
+        // The key is the `_id`, so a document's written id never changes.
+        let written = written_of(&raw_id);
         let other_id = key.object_id().is_none().then(|| Box::new(raw_id));
         let doc = doc.ok().map(|mut d| {
             match d.detail.take() {
@@ -467,12 +473,13 @@ impl State {
                 None => self.details.remove(&key),
             };
             let mut intern = |ids: Vec<String>| ids.iter().map(|i| self.syms.intern(i)).collect();
-            Slim { active: d.active, added_ms: d.added_ms, cats: intern(d.category_ids), tags: intern(d.tag_ids) }
+            let (cats, tags) = (intern(d.category_ids), intern(d.tag_ids));
+            Slim::new(d.active, d.added_ms, cats, tags)
         });
         if doc.is_none() {
             self.details.remove(&key);
         }
-        self.videos.insert(key.clone(), VideoState { other_id, written: written.clone(), doc });
+        self.videos.insert(key.clone(), VideoState { other_id, doc });
         if let Some(w) = written {
             let list = self.by_written.entry(w).or_default();
             if !list.contains(&key) {
@@ -515,8 +522,8 @@ impl State {
                 Event::Remove { coll: Coll::Video, key, raw_id } => {
                     self.before_video(&key, &raw_id, &mut applied);
                     self.details.remove(&key);
-                    if let Some(old) = self.videos.remove(&key) {
-                        self.unlink_written(&key, old.written);
+                    if self.videos.remove(&key).is_some() {
+                        self.unlink_written(&key, written_of(&raw_id));
                     }
                 }
                 Event::Upsert { coll, key, raw_id, doc } => {
@@ -559,9 +566,7 @@ impl State {
     /// owners before it, and what the index families saw of that id.
     fn before_video(&mut self, key: &IdKey, raw_id: &Bson, applied: &mut Applied) {
         applied.old_videos.entry(key.clone()).or_insert_with(|| self.videos.get(key).cloned());
-        let old_written = self.videos.get(key).and_then(|s| s.written.clone());
-        let new_written = crate::model::id::written_id(raw_id).map(|w| Wid::new(&w));
-        for w in old_written.into_iter().chain(new_written) {
+        if let Some(w) = written_of(raw_id) {
             applied.old_owners.entry(w.clone()).or_insert_with(|| self.by_written.get(&w).cloned());
             if let std::collections::btree_map::Entry::Vacant(entry) = applied.videos.entry(w.text()) {
                 let cats = self.effective_of(&w).map(|v| self.active_categories(&self.catalog, v)).unwrap_or_default();
@@ -637,6 +642,11 @@ impl State {
         drop(applied);
         self.details.clear();
     }
+}
+
+/// The written id of a document's `_id`, when usable.
+fn written_of(raw_id: &Bson) -> Option<Wid> {
+    crate::model::id::written_id(raw_id).map(|w| Wid::new(&w))
 }
 
 /// Decodes a video document (the same decoder a rebuild uses).

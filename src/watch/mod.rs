@@ -1,19 +1,28 @@
 //! Incremental refresh from MongoDB change streams (`cachewright watch`).
 //!
-//! The engine keeps an in-memory [`model::Model`] of the sources. Events
-//! are coalesced over a short window, applied to the model, and turned into
-//! exactly the writes a full rebuild from the new state would make for the
-//! touched keys (zset deltas for big indexes). Resume tokens are saved only
-//! after those writes succeed, so delivery is at-least-once and every write
-//! is idempotent.
+//! The watcher keeps a compact state of the sources ([`state`]). Events
+//! are coalesced over a short window, applied to the state, and turned
+//! into exactly the writes a full rebuild from the new state would make
+//! for the touched keys ([`plan`]). Resume tokens are saved only after
+//! those writes succeed, so delivery is at-least-once and every write is
+//! idempotent.
 //!
 //! Start-up: with saved tokens for every collection the streams resume
 //! from them; otherwise (first start, lost history, an unusable token, a
-//! drop, rename or invalidate) the engine records MongoDB's cluster time,
+//! drop, rename or invalidate) the watcher records MongoDB's cluster time,
 //! runs a full rebuild, and streams from that time, so no change falls in
 //! the gap and none is overwritten by older data.
+//!
+//! By role: this file holds the leader loop and the opening of streams
+//! (which restart to take); `load` restores the state, the tracked keys
+//! and the tokens; `batch` sorts stream items into a batch; `engine`
+//! applies batches; `state`, `members` and `compact` are the state;
+//! `plan` is the pure batch planner.
 
+mod batch;
 pub mod compact;
+mod engine;
+mod load;
 pub mod members;
 pub mod metrics;
 pub mod model;
@@ -25,17 +34,17 @@ pub use metrics::WatchMetrics;
 
 use crate::config::Config;
 use crate::keys::status::StatusKeys;
-use crate::plan::PlanCtx;
-use crate::plan::{Change, FamilySet};
+use crate::plan::FamilySet;
 use crate::progress::Progress;
 use crate::rebuild::{RebuildOptions, RunError, plan_ctx, rebuild_with_retries};
 use crate::sink::{Fence, Lease, LeaseError, Sink, SinkError};
 use crate::source::{Source, SourceError};
 use crate::status::Trigger;
-use model::{Coll, Event, id_key};
-use mongodb::change_stream::event::{OperationType, ResumeToken};
+use batch::CatchUp;
+use engine::Engine;
+use load::{clear_tokens, existing_keys, load_state, load_tokens};
+use model::Coll;
 use state::State;
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -358,436 +367,6 @@ async fn first_failure(cfg: &Config, rx: &mut mpsc::Receiver<Item>) -> Result<Op
     Ok(Some(Restart::Reopen))
 }
 
-/// The engine's connections and settings, for one streaming session.
-struct Engine<'a> {
-    cfg: &'a Config,
-    opts: &'a WatchOptions,
-    sink: &'a Sink,
-    source: &'a Source,
-    status: &'a StatusKeys,
-    ctx: &'a PlanCtx,
-    metrics: &'a WatchMetrics,
-}
-
-impl Engine<'_> {
-    /// Applies batches until shutdown (`None`) or a stream failure.
-    async fn stream_batches(
-        &self,
-        state: &mut State,
-        redis_run_id: &str,
-        catch_up: &mut CatchUp,
-        rx: &mut mpsc::Receiver<Item>,
-        starts: &mut [StartAt],
-        shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
-    ) -> Result<Option<Restart>, WatchError> {
-        let cfg = self.cfg;
-        loop {
-            let first = tokio::select! {
-                _ = shutdown.as_mut() => return Ok(None),
-                item = rx.recv() => item,
-            };
-            let Some(first) = first else { return Ok(Some(Restart::Reopen)) };
-            // The window runs from the first event's arrival: one that
-            // queued while the previous batch was being written has waited.
-            let arrived = match &first {
-                Item::Event(_, _, at) => tokio::time::Instant::from_std(*at),
-                _ => tokio::time::Instant::now(),
-            };
-            let mut items = vec![first];
-            let deadline = arrived + self.opts.window;
-            while items.len() < self.opts.max_batch {
-                match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Ok(Some(item)) => items.push(item),
-                    _ => break,
-                }
-            }
-            // A Redis that restarted without persistence lost every key
-            // this process wrote: only a rebuild brings them back.
-            if self.sink.run_id().await? != redis_run_id {
-                return Ok(Some(Restart::Rebuild("Redis restarted and lost its keys".into())));
-            }
-            let started = Instant::now();
-            let mut batch = Batch::default();
-            for item in items {
-                catch_up.see(&item);
-                if let Some(restart) = batch.add(cfg, item, self.metrics) {
-                    return Ok(Some(restart));
-                }
-            }
-            // Once every stream is past the load, the documents are no
-            // longer ahead: this batch recomputes the scopes written
-            // meanwhile, and they are clean again.
-            state.replayed = state.catching_up;
-            if state.catching_up && catch_up.is_done() {
-                tracing::info!("change streams caught up with the loaded documents");
-                state.catching_up = false;
-            }
-            for (coll, id) in std::mem::take(&mut batch.lookups) {
-                batch.events.push(self.look_up(coll, id).await?);
-            }
-            let tokens: Vec<(&str, String)> = batch
-                .tokens
-                .iter()
-                .map(|(coll, token)| {
-                    serde_json::to_string(token)
-                        .map(|text| (coll.name(&cfg.collections), text))
-                        .map_err(|e| WatchError::Internal(e.to_string()))
-                })
-                .collect::<Result<_, _>>()?;
-            let videos = self.apply(state, std::mem::take(&mut batch.events), &tokens).await?;
-            if let Some(hook) = &self.opts.on_applied
-                && !videos.is_empty()
-            {
-                hook(&videos);
-            }
-            for (coll, token) in batch.tokens {
-                starts[coll as usize] = StartAt::Token(token);
-            }
-            self.metrics.applied(batch.per_collection, batch.newest_cluster_time, started.elapsed());
-            if self.opts.heartbeat {
-                heartbeat(self.sink, self.status, self.metrics).await;
-            }
-        }
-    }
-
-    /// Reads a document whose change event could not be used whole: the
-    /// event names it, the collection says what it is now.
-    async fn look_up(&self, coll: Coll, id: mongodb::bson::Bson) -> Result<Event, WatchError> {
-        let name = coll.name(&self.cfg.collections);
-        let found = self
-            .source
-            .database()
-            .collection::<mongodb::bson::RawDocumentBuf>(name)
-            .find_one(mongodb::bson::doc! { "_id": id.clone() })
-            .await
-            .map_err(|source| SourceError::Read { collection: name.to_string(), source })?;
-        Ok(match found {
-            Some(doc) => Event::Upsert { coll, key: id_key(&id), raw_id: id, doc },
-            None => Event::Remove { coll, key: id_key(&id), raw_id: id },
-        })
-    }
-
-    /// Applies events to the state, writes what they change and saves the
-    /// tokens; the state keeps the batch only once all of that is in
-    /// Redis, and is left exactly as before when any of it fails.
-    async fn apply(
-        &self,
-        state: &mut State,
-        events: Vec<Event>,
-        tokens: &[(&str, String)],
-    ) -> Result<Vec<String>, WatchError> {
-        let started = Instant::now();
-        let mut applied = off_runtime(|| state.apply(events));
-        let decoded = started.elapsed();
-        // A repeated id whose first owner went away: the next owner was
-        // loaded without its detail, so read it again.
-        let missing: Vec<_> = applied.videos.keys().filter_map(|w| state.needs_detail(w)).collect();
-        for raw_id in missing {
-            match self.look_up(Coll::Video, raw_id).await {
-                Ok(event) => {
-                    let again = state.apply(vec![event]);
-                    applied.absorb(again);
-                }
-                Err(err) => {
-                    state.undo(applied);
-                    return Err(err);
-                }
-            }
-        }
-        self.metrics.rejected(&applied.rejected);
-        let (categories, details) = match self.sink.video_memberships(&self.ctx.keys, applied.videos.keys()).await {
-            Ok(view) => view,
-            Err(err) => {
-                state.undo(applied);
-                return Err(err.into());
-            }
-        };
-        let view = plan::RedisView { categories, details };
-        let read = started.elapsed();
-        let plan = off_runtime(|| plan::plan_batch(state, &applied, &view, self.ctx));
-        let planned = started.elapsed();
-        self.metrics.visited(plan.visited);
-        let budget = self.sink.tx_budget(self.cfg);
-        let written = async {
-            if !plan.changes.is_empty() {
-                self.sink.add_pending(self.status, &plan.scopes.to_members()).await?;
-            }
-            self.apply_runs(budget.cut(&plan.changes)).await?;
-            // The videos' own keys go after every key that indexes them;
-            // their last run carries the tokens (see `BatchPlan::last`).
-            let mut last = budget.cut(&plan.last);
-            let with_tokens = last.pop().unwrap_or_default();
-            self.apply_runs(last).await?;
-            let clear = !state.catching_up;
-            self.sink.apply_changes_and_save_tokens(with_tokens, self.status, tokens, clear).await
-        }
-        .await;
-        tracing::debug!(
-            decode_ms = decoded.as_millis() as u64,
-            read_ms = (read - decoded).as_millis() as u64,
-            plan_ms = (planned - read).as_millis() as u64,
-            write_ms = (started.elapsed() - planned).as_millis() as u64,
-            visited = plan.visited,
-            changes = plan.changes.len() + plan.last.len(),
-            "batch phases"
-        );
-        match written {
-            Ok(()) => {
-                let videos: Vec<String> = applied.videos.keys().cloned().collect();
-                state.commit(applied, &self.ctx.keys, &plan);
-                Ok(videos)
-            }
-            Err(err) => {
-                state.abort(applied, &self.ctx.keys, &plan);
-                Err(err.into())
-            }
-        }
-    }
-
-    /// Writes runs of changes that may land in any order, as many at once
-    /// as the rebuild writes batches.
-    async fn apply_runs(&self, runs: Vec<&[Change]>) -> Result<(), SinkError> {
-        use futures::{StreamExt, TryStreamExt};
-        // Collected first: a lazy map over borrowed runs trips the
-        // compiler's `Send` check where the watcher is spawned.
-        let sends: Vec<_> = runs.into_iter().map(|run| self.sink.apply_changes(run)).collect();
-        futures::stream::iter(sends)
-            .buffer_unordered(self.cfg.write_concurrency.max(1))
-            .try_collect::<Vec<()>>()
-            .await?;
-        Ok(())
-    }
-}
-
-/// Whether each stream has passed the cluster time of a load.
-#[derive(Debug, Clone)]
-struct CatchUp {
-    until: Option<mongodb::bson::Timestamp>,
-    done: [bool; 4],
-}
-
-impl CatchUp {
-    fn until(time: mongodb::bson::Timestamp) -> CatchUp {
-        CatchUp { until: Some(time), done: [false; 4] }
-    }
-
-    fn done() -> CatchUp {
-        CatchUp { until: None, done: [true; 4] }
-    }
-
-    /// A stream has passed the load when it delivers a later event, or
-    /// has nothing left to deliver.
-    fn see(&mut self, item: &Item) {
-        let Some(until) = self.until else { return };
-        match item {
-            Item::Idle(coll, _) => self.done[*coll as usize] = true,
-            Item::Event(coll, event, _)
-                if event.cluster_time.is_some_and(|t| (t.time, t.increment) > (until.time, until.increment)) =>
-            {
-                self.done[*coll as usize] = true;
-            }
-            _ => {}
-        }
-    }
-
-    fn is_done(&self) -> bool {
-        self.done.iter().all(|d| *d)
-    }
-}
-
-/// One batch of stream items, sorted out.
-#[derive(Default)]
-struct Batch {
-    events: Vec<Event>,
-    /// Documents to read by id: their events could not be used whole.
-    lookups: Vec<(Coll, mongodb::bson::Bson)>,
-    tokens: HashMap<Coll, ResumeToken>,
-    newest_cluster_time: u32,
-    per_collection: [u64; 4],
-}
-
-impl Batch {
-    /// Takes one item; gives a restart when the streams must be reopened
-    /// or the cache rebuilt.
-    fn add(&mut self, cfg: &Config, item: Item, metrics: &WatchMetrics) -> Option<Restart> {
-        match item {
-            Item::Unresumable(_, reason) => return Some(Restart::Rebuild(reason)),
-            Item::Failed(coll, err) if stream::is_history_lost(&err) => {
-                return Some(Restart::Rebuild(format!("{} stream: {err}", coll.name(&cfg.collections))));
-            }
-            Item::Failed(coll, err) => {
-                tracing::warn!(collection = coll.name(&cfg.collections), error = %err, "change stream failed");
-                metrics.stream_error();
-                return Some(Restart::Reopen);
-            }
-            Item::Idle(coll, token) => {
-                self.tokens.insert(coll, token);
-            }
-            Item::Event(coll, event, _) => {
-                if let Some(t) = event.cluster_time {
-                    self.newest_cluster_time = self.newest_cluster_time.max(t.time);
-                }
-                let key = event.document_key.as_ref().and_then(|k| k.get("_id")).cloned();
-                match (&event.operation_type, key) {
-                    (OperationType::Insert | OperationType::Update | OperationType::Replace, Some(id)) => {
-                        self.events.push(match event.full_document {
-                            Some(doc) => Event::Upsert { coll, key: id_key(&id), raw_id: id, doc },
-                            // Looked up after it was deleted: gone now.
-                            None => Event::Remove { coll, key: id_key(&id), raw_id: id },
-                        });
-                    }
-                    (OperationType::Delete, Some(id)) => {
-                        self.events.push(Event::Remove { coll, key: id_key(&id), raw_id: id })
-                    }
-                    (op, _) => {
-                        return Some(Restart::Rebuild(format!("{:?} on {}", op, coll.name(&cfg.collections))));
-                    }
-                }
-                self.per_collection[coll as usize] += 1;
-                self.tokens.insert(coll, event.id);
-            }
-            Item::Poison(coll, id, token, reason) => {
-                // The event itself could not be used (too large, not
-                // decodable): the document is read again by its id.
-                tracing::warn!(collection = coll.name(&cfg.collections), reason = %reason, "change event unusable; reading the document again");
-                metrics.poison(coll, &sample_id(&id), &reason);
-                self.lookups.push((coll, id));
-                self.per_collection[coll as usize] += 1;
-                self.tokens.insert(coll, token);
-            }
-        }
-        None
-    }
-}
-
-/// A document's id as a sample in metrics and status: its written id,
-/// or for an unusable one only its BSON type, never the value (which may
-/// be any document).
-fn sample_id(id: &mongodb::bson::Bson) -> String {
-    crate::model::id::written_id(id).unwrap_or_else(|| format!("(unusable {:?} id)", id.element_type()))
-}
-
-/// Loads the state: the catalogue whole, then the videos streamed in
-/// chunks. The cursor fills the next chunk while a blocking thread
-/// decodes and files the previous one, so the raw documents in memory
-/// are a few chunks, never the collection.
-async fn load_state(source: &Source, cfg: &Config) -> Result<State, WatchError> {
-    const CHUNK: usize = 8192;
-    let (c, batch) = (&cfg.collections, cfg.read_batch_size);
-    let (channels, categories, tags) = tokio::try_join!(
-        source.read_all(&c.channel, batch),
-        source.read_all(&c.category, batch),
-        source.read_all(&c.tag, batch)
-    )?;
-    let names = c.clone();
-    let internal = |e: tokio::task::JoinError| WatchError::Internal(e.to_string());
-    let mut state =
-        tokio::task::spawn_blocking(move || State::new(&names, channels, categories, tags)).await.map_err(internal)?;
-    let (tx, mut rx) = mpsc::channel(2);
-    let filing = async {
-        while let Some(chunk) = rx.recv().await {
-            state = tokio::task::spawn_blocking(move || {
-                state.load_videos(chunk);
-                state
-            })
-            .await
-            .map_err(internal)?;
-        }
-        Ok::<State, WatchError>(state)
-    };
-    let (read, filed) = tokio::join!(source.read_chunks(&c.video, batch, CHUNK, tx), filing);
-    read?;
-    let mut state = filed?;
-    tokio::task::spawn_blocking(move || {
-        state.finish_load();
-        state
-    })
-    .await
-    .map_err(internal)
-}
-
-/// The scoped and catalogue keys the cache holds (not the per-video
-/// ones): one SCAN, memory bounded by the catalogue.
-async fn existing_keys(sink: &Sink, ctx: &PlanCtx) -> Result<state::Existing, WatchError> {
-    let found = sink.scan_existing(&ctx.keys, state::tracked_families()).await?;
-    let mut existing = state::Existing::default();
-    for (_, key) in found.keys {
-        existing.insert(&ctx.keys, &key, None);
-    }
-    Ok(existing)
-}
-
-/// Runs CPU-bound work (decoding a batch, planning it) without holding
-/// up the runtime's other tasks (the HTTP probes, the lease renewal): on
-/// a multi-threaded runtime the worker hands its queue to another thread
-/// first. A current-thread runtime (some tests) runs it in place.
-fn off_runtime<T>(work: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
-        _ => work(),
-    }
-}
-
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Writes `health:current` (60 s TTL) at most every few seconds.
-async fn heartbeat(sink: &Sink, status: &StatusKeys, metrics: &WatchMetrics) {
-    let now = crate::status::unix_now();
-    let last = metrics.last_heartbeat.swap(now, std::sync::atomic::Ordering::Relaxed);
-    if now.saturating_sub(last) < 5 {
-        return;
-    }
-    if let Err(err) = sink.heartbeat(status, &metrics.heartbeat()).await {
-        tracing::warn!(error = %err, "could not write the health heartbeat");
-    }
-}
-
-fn collection_names(cfg: &Config) -> [&str; 4] {
-    Coll::ALL.map(|c| c.name(&cfg.collections))
-}
-
-async fn load_tokens(sink: &Sink, status: &StatusKeys, cfg: &Config) -> Result<Option<Vec<ResumeToken>>, WatchError> {
-    let Some(texts) = sink.load_tokens(status, &collection_names(cfg)).await? else { return Ok(None) };
-    Ok(texts.iter().map(|text| serde_json::from_str(text).ok()).collect())
-}
-
-async fn clear_tokens(sink: &Sink, status: &StatusKeys, cfg: &Config) -> Result<(), WatchError> {
-    Ok(sink.clear_tokens(status, &collection_names(cfg)).await?)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use mongodb::change_stream::event::ResumeToken;
-
-    fn token(data: &str) -> ResumeToken {
-        serde_json::from_value(serde_json::json!({ "_data": data })).expect("token")
-    }
-
-    #[test]
-    fn an_unusable_event_becomes_a_lookup_by_id_and_moves_the_token() {
-        let cfg = Config::from_raw(crate::config::RawConfig::default()).unwrap();
-        let metrics = WatchMetrics::default();
-        let mut batch = Batch::default();
-        let item = Item::Poison(Coll::Video, mongodb::bson::Bson::String("v9".into()), token("0A"), "too large".into());
-        assert!(batch.add(&cfg, item, &metrics).is_none(), "no restart for one unusable event");
-        assert_eq!(batch.lookups, vec![(Coll::Video, mongodb::bson::Bson::String("v9".into()))]);
-        assert!(batch.events.is_empty());
-        assert_eq!(serde_json::to_string(&batch.tokens[&Coll::Video]).unwrap(), r#"{"_data":"0A"}"#);
-        let problems = metrics.problems_json();
-        assert_eq!(problems[0]["collection"], "VideoMedia");
-        assert_eq!(problems[0]["samples"][0], "v9");
-        assert_eq!(problems[0]["count"], 1);
-    }
-
-    #[test]
-    fn resume_tokens_round_trip_through_json() {
-        let token: ResumeToken = serde_json::from_str(r#"{"_data":"3C0000001273004A5401"}"#).expect("parses");
-        let text = serde_json::to_string(&token).unwrap();
-        let back: ResumeToken = serde_json::from_str(&text).expect("round trip");
-        assert_eq!(serde_json::to_string(&back).unwrap(), text, "{text}");
-    }
 }

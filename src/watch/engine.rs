@@ -1,0 +1,240 @@
+//! The engine: applies batches of stream items to the state, writes
+//! what they change and saves the tokens after.
+
+use super::batch::{Batch, CatchUp};
+use super::state::State;
+use super::stream::{Item, StartAt};
+use super::{Restart, WatchError, WatchMetrics, WatchOptions, model, plan};
+use crate::config::Config;
+use crate::keys::status::StatusKeys;
+use crate::plan::{Change, PlanCtx};
+use crate::sink::{Sink, SinkError};
+use crate::source::{Source, SourceError};
+use model::{Coll, Event, id_key};
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// The engine's connections and settings, for one streaming session.
+pub(super) struct Engine<'a> {
+    pub(super) cfg: &'a Config,
+    pub(super) opts: &'a WatchOptions,
+    pub(super) sink: &'a Sink,
+    pub(super) source: &'a Source,
+    pub(super) status: &'a StatusKeys,
+    pub(super) ctx: &'a PlanCtx,
+    pub(super) metrics: &'a WatchMetrics,
+}
+
+impl Engine<'_> {
+    /// Applies batches until shutdown (`None`) or a stream failure.
+    pub(super) async fn stream_batches(
+        &self,
+        state: &mut State,
+        redis_run_id: &str,
+        catch_up: &mut CatchUp,
+        rx: &mut mpsc::Receiver<Item>,
+        starts: &mut [StartAt],
+        shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<Option<Restart>, WatchError> {
+        let cfg = self.cfg;
+        loop {
+            let first = tokio::select! {
+                _ = shutdown.as_mut() => return Ok(None),
+                item = rx.recv() => item,
+            };
+            let Some(first) = first else { return Ok(Some(Restart::Reopen)) };
+            // The window runs from the first event's arrival: one that
+            // queued while the previous batch was being written has waited.
+            let arrived = match &first {
+                Item::Event(_, _, at) => tokio::time::Instant::from_std(*at),
+                _ => tokio::time::Instant::now(),
+            };
+            let mut items = vec![first];
+            let deadline = arrived + self.opts.window;
+            while items.len() < self.opts.max_batch {
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(item)) => items.push(item),
+                    _ => break,
+                }
+            }
+            // A Redis that restarted without persistence lost every key
+            // this process wrote: only a rebuild brings them back.
+            if self.sink.run_id().await? != redis_run_id {
+                return Ok(Some(Restart::Rebuild("Redis restarted and lost its keys".into())));
+            }
+            let started = Instant::now();
+            let mut batch = Batch::default();
+            for item in items {
+                catch_up.see(&item);
+                if let Some(restart) = batch.add(cfg, item, self.metrics) {
+                    return Ok(Some(restart));
+                }
+            }
+            // Once every stream is past the load, the documents are no
+            // longer ahead: this batch recomputes the scopes written
+            // meanwhile, and they are clean again.
+            state.replayed = state.catching_up;
+            if state.catching_up && catch_up.is_done() {
+                tracing::info!("change streams caught up with the loaded documents");
+                state.catching_up = false;
+            }
+            for (coll, id) in std::mem::take(&mut batch.lookups) {
+                batch.events.push(self.look_up(coll, id).await?);
+            }
+            let tokens: Vec<(&str, String)> = batch
+                .tokens
+                .iter()
+                .map(|(coll, token)| {
+                    serde_json::to_string(token)
+                        .map(|text| (coll.name(&cfg.collections), text))
+                        .map_err(|e| WatchError::Internal(e.to_string()))
+                })
+                .collect::<Result<_, _>>()?;
+            let videos = self.apply(state, std::mem::take(&mut batch.events), &tokens).await?;
+            if let Some(hook) = &self.opts.on_applied
+                && !videos.is_empty()
+            {
+                hook(&videos);
+            }
+            for (coll, token) in batch.tokens {
+                starts[coll as usize] = StartAt::Token(token);
+            }
+            self.metrics.applied(batch.per_collection, batch.newest_cluster_time, started.elapsed());
+            if self.opts.heartbeat {
+                heartbeat(self.sink, self.status, self.metrics).await;
+            }
+        }
+    }
+
+    /// Reads a document whose change event could not be used whole: the
+    /// event names it, the collection says what it is now.
+    async fn look_up(&self, coll: Coll, id: mongodb::bson::Bson) -> Result<Event, WatchError> {
+        let name = coll.name(&self.cfg.collections);
+        let found = self
+            .source
+            .database()
+            .collection::<mongodb::bson::RawDocumentBuf>(name)
+            .find_one(mongodb::bson::doc! { "_id": id.clone() })
+            .await
+            .map_err(|source| SourceError::Read { collection: name.to_string(), source })?;
+        Ok(match found {
+            Some(doc) => Event::Upsert { coll, key: id_key(&id), raw_id: id, doc },
+            None => Event::Remove { coll, key: id_key(&id), raw_id: id },
+        })
+    }
+
+    /// Applies events to the state, writes what they change and saves the
+    /// tokens; the state keeps the batch only once all of that is in
+    /// Redis, and is left exactly as before when any of it fails.
+    async fn apply(
+        &self,
+        state: &mut State,
+        events: Vec<Event>,
+        tokens: &[(&str, String)],
+    ) -> Result<Vec<String>, WatchError> {
+        let started = Instant::now();
+        let mut applied = off_runtime(|| state.apply(events));
+        let decoded = started.elapsed();
+        // A repeated id whose first owner went away: the next owner was
+        // loaded without its detail, so read it again.
+        let missing: Vec<_> = applied.videos.keys().filter_map(|w| state.needs_detail(w)).collect();
+        for raw_id in missing {
+            match self.look_up(Coll::Video, raw_id).await {
+                Ok(event) => {
+                    let again = state.apply(vec![event]);
+                    applied.absorb(again);
+                }
+                Err(err) => {
+                    state.undo(applied);
+                    return Err(err);
+                }
+            }
+        }
+        self.metrics.rejected(&applied.rejected);
+        let (categories, details) = match self.sink.video_memberships(&self.ctx.keys, applied.videos.keys()).await {
+            Ok(view) => view,
+            Err(err) => {
+                state.undo(applied);
+                return Err(err.into());
+            }
+        };
+        let view = plan::RedisView { categories, details };
+        let read = started.elapsed();
+        let plan = off_runtime(|| plan::plan_batch(state, &applied, &view, self.ctx));
+        let planned = started.elapsed();
+        self.metrics.visited(plan.visited);
+        let budget = self.sink.tx_budget(self.cfg);
+        let written = async {
+            if !plan.changes.is_empty() {
+                self.sink.add_pending(self.status, &plan.scopes.to_members()).await?;
+            }
+            self.apply_runs(budget.cut(&plan.changes)).await?;
+            // The videos' own keys go after every key that indexes them;
+            // their last run carries the tokens (see `BatchPlan::last`).
+            let mut last = budget.cut(&plan.last);
+            let with_tokens = last.pop().unwrap_or_default();
+            self.apply_runs(last).await?;
+            let clear = !state.catching_up;
+            self.sink.apply_changes_and_save_tokens(with_tokens, self.status, tokens, clear).await
+        }
+        .await;
+        tracing::debug!(
+            decode_ms = decoded.as_millis() as u64,
+            read_ms = (read - decoded).as_millis() as u64,
+            plan_ms = (planned - read).as_millis() as u64,
+            write_ms = (started.elapsed() - planned).as_millis() as u64,
+            visited = plan.visited,
+            changes = plan.changes.len() + plan.last.len(),
+            "batch phases"
+        );
+        match written {
+            Ok(()) => {
+                let videos: Vec<String> = applied.videos.keys().cloned().collect();
+                state.commit(applied, &self.ctx.keys, &plan);
+                Ok(videos)
+            }
+            Err(err) => {
+                state.abort(applied, &self.ctx.keys, &plan);
+                Err(err.into())
+            }
+        }
+    }
+
+    /// Writes runs of changes that may land in any order, as many at once
+    /// as the rebuild writes batches.
+    async fn apply_runs(&self, runs: Vec<&[Change]>) -> Result<(), SinkError> {
+        use futures::{StreamExt, TryStreamExt};
+        // Collected first: a lazy map over borrowed runs trips the
+        // compiler's `Send` check where the watcher is spawned.
+        let sends: Vec<_> = runs.into_iter().map(|run| self.sink.apply_changes(run)).collect();
+        futures::stream::iter(sends)
+            .buffer_unordered(self.cfg.write_concurrency.max(1))
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+}
+
+/// Runs CPU-bound work (decoding a batch, planning it) without holding
+/// up the runtime's other tasks (the HTTP probes, the lease renewal): on
+/// a multi-threaded runtime the worker hands its queue to another thread
+/// first. A current-thread runtime (some tests) runs it in place.
+pub(super) fn off_runtime<T>(work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
+}
+
+/// Writes `health:current` (60 s TTL) at most every few seconds.
+pub(super) async fn heartbeat(sink: &Sink, status: &StatusKeys, metrics: &WatchMetrics) {
+    let now = crate::status::unix_now();
+    let last = metrics.last_heartbeat.swap(now, std::sync::atomic::Ordering::Relaxed);
+    if now.saturating_sub(last) < 5 {
+        return;
+    }
+    if let Err(err) = sink.heartbeat(status, &metrics.heartbeat()).await {
+        tracing::warn!(error = %err, "could not write the health heartbeat");
+    }
+}

@@ -1,0 +1,80 @@
+//! Restoring the watcher: its state from MongoDB (streamed), what the
+//! cache holds of the tracked keys, and the saved resume tokens.
+
+use super::WatchError;
+use super::model::Coll;
+use super::state::{self, State};
+use crate::config::Config;
+use crate::keys::status::StatusKeys;
+use crate::plan::PlanCtx;
+use crate::sink::Sink;
+use crate::source::Source;
+use mongodb::change_stream::event::ResumeToken;
+use tokio::sync::mpsc;
+
+/// Loads the state: the catalogue whole, then the videos streamed in
+/// chunks. The cursor fills the next chunk while a blocking thread
+/// decodes and files the previous one, so the raw documents in memory
+/// are a few chunks, never the collection.
+pub(super) async fn load_state(source: &Source, cfg: &Config) -> Result<State, WatchError> {
+    const CHUNK: usize = 8192;
+    let (c, batch) = (&cfg.collections, cfg.read_batch_size);
+    let (channels, categories, tags) = tokio::try_join!(
+        source.read_all(&c.channel, batch),
+        source.read_all(&c.category, batch),
+        source.read_all(&c.tag, batch)
+    )?;
+    let names = c.clone();
+    let internal = |e: tokio::task::JoinError| WatchError::Internal(e.to_string());
+    let mut state =
+        tokio::task::spawn_blocking(move || State::new(&names, channels, categories, tags)).await.map_err(internal)?;
+    let (tx, mut rx) = mpsc::channel(2);
+    let filing = async {
+        while let Some(chunk) = rx.recv().await {
+            state = tokio::task::spawn_blocking(move || {
+                state.load_videos(chunk);
+                state
+            })
+            .await
+            .map_err(internal)?;
+        }
+        Ok::<State, WatchError>(state)
+    };
+    let (read, filed) = tokio::join!(source.read_chunks(&c.video, batch, CHUNK, tx), filing);
+    read?;
+    let mut state = filed?;
+    tokio::task::spawn_blocking(move || {
+        state.finish_load();
+        state
+    })
+    .await
+    .map_err(internal)
+}
+
+/// The scoped and catalogue keys the cache holds (not the per-video
+/// ones): one SCAN, memory bounded by the catalogue.
+pub(super) async fn existing_keys(sink: &Sink, ctx: &PlanCtx) -> Result<state::Existing, WatchError> {
+    let found = sink.scan_existing(&ctx.keys, state::tracked_families()).await?;
+    let mut existing = state::Existing::default();
+    for (_, key) in found.keys {
+        existing.insert(&ctx.keys, &key, None);
+    }
+    Ok(existing)
+}
+
+pub(super) fn collection_names(cfg: &Config) -> [&str; 4] {
+    Coll::ALL.map(|c| c.name(&cfg.collections))
+}
+
+pub(super) async fn load_tokens(
+    sink: &Sink,
+    status: &StatusKeys,
+    cfg: &Config,
+) -> Result<Option<Vec<ResumeToken>>, WatchError> {
+    let Some(texts) = sink.load_tokens(status, &collection_names(cfg)).await? else { return Ok(None) };
+    Ok(texts.iter().map(|text| serde_json::from_str(text).ok()).collect())
+}
+
+pub(super) async fn clear_tokens(sink: &Sink, status: &StatusKeys, cfg: &Config) -> Result<(), WatchError> {
+    Ok(sink.clear_tokens(status, &collection_names(cfg)).await?)
+}

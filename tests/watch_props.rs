@@ -98,8 +98,18 @@ fn video() -> impl Strategy<Value = Document> {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        6 => (0u8..8, video()).prop_map(|(i, d)| Step::Put(Coll::Video, i, d)),
-        2 => (0u8..8).prop_map(|i| Step::Delete(Coll::Video, i)),
+        20 => step_without_restarts(8),
+        1 => Just(Step::Restart),
+        1 => Just(Step::Job),
+    ]
+}
+
+/// Every step but restarts and jobs, over `videos` video documents (see
+/// [`doc_id`]).
+fn step_without_restarts(videos: u8) -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0u8..videos, video()).prop_map(|(i, d)| Step::Put(Coll::Video, i, d)),
+        2 => (0u8..videos).prop_map(|i| Step::Delete(Coll::Video, i)),
         2 => (0u8..5, category()).prop_map(|(i, d)| Step::Put(Coll::Category, i, d)),
         1 => (0u8..5).prop_map(|i| Step::Delete(Coll::Category, i)),
         2 => (0u8..6, tag()).prop_map(|(i, d)| Step::Put(Coll::Tag, i, d)),
@@ -108,8 +118,6 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0u8..3).prop_map(|i| Step::Delete(Coll::Channel, i)),
         4 => (1usize..5).prop_map(Step::Flush),
         1 => (0usize..40).prop_map(Step::FailNext),
-        1 => Just(Step::Restart),
-        1 => Just(Step::Job),
     ]
 }
 
@@ -126,25 +134,51 @@ fn prefix_of(coll: Coll) -> &'static str {
 #[derive(Default)]
 struct Mongo([IndexMap<String, RawDocumentBuf>; 4]);
 
+/// A document's `_id`. Videos 4 and 5 are ObjectIds and videos 6 and 7
+/// strings of other hex digits: ids the watcher keeps as 12 bytes, next
+/// to ids it keeps as text. Videos 8 and 9 are strings of the same hex as
+/// 4 and 5: two documents writing one id (the first in natural order owns
+/// it).
+fn doc_id(coll: Coll, i: u8) -> Bson {
+    const HEX: [&str; 4] = [
+        "65a1b2c3d4e5f6a7b8c9d0e1",
+        "0000000000000000000000a5",
+        "ffffffffffffffffffffff00",
+        "65a1b2c3d4e5f6a7b8c9d0e0",
+    ];
+    match (coll, i) {
+        (Coll::Video, 4 | 5) => Bson::ObjectId(mongodb::bson::oid::ObjectId::parse_str(HEX[i as usize - 4]).unwrap()),
+        (Coll::Video, 6 | 7) => Bson::String(HEX[i as usize - 4].to_string()),
+        (Coll::Video, 8 | 9) => Bson::String(HEX[i as usize - 8].to_string()),
+        _ => Bson::String(format!("{}{i}", prefix_of(coll))),
+    }
+}
+
 impl Mongo {
     fn apply(&mut self, step: &Step) -> Option<Event> {
         match step {
             Step::Put(coll, i, body) => {
-                let id = format!("{}{i}", prefix_of(*coll));
-                let mut d = doc! { "_id": id.clone() };
+                let raw_id = doc_id(*coll, *i);
+                let mut d = doc! { "_id": raw_id.clone() };
                 d.extend(body.clone());
                 let raw = RawDocumentBuf::from_document(&d).unwrap();
-                self.0[*coll as usize].insert(id.clone(), raw.clone());
-                let raw_id = Bson::String(id);
+                self.0[*coll as usize].insert(format!("{raw_id:?}"), raw.clone());
                 Some(Event::Upsert { coll: *coll, key: id_key(&raw_id), raw_id, doc: raw })
             }
             Step::Delete(coll, i) => {
-                let id = format!("{}{i}", prefix_of(*coll));
-                self.0[*coll as usize].shift_remove(&id)?;
-                let raw_id = Bson::String(id);
+                let raw_id = doc_id(*coll, *i);
+                self.0[*coll as usize].shift_remove(&format!("{raw_id:?}"))?;
                 Some(Event::Remove { coll: *coll, key: id_key(&raw_id), raw_id })
             }
             _ => None,
+        }
+    }
+
+    /// A document as it is now, as the engine reads one by id.
+    fn look_up(&self, coll: Coll, raw_id: Bson) -> Event {
+        match self.0[coll as usize].get(&format!("{raw_id:?}")) {
+            Some(doc) => Event::Upsert { coll, key: id_key(&raw_id), raw_id, doc: doc.clone() },
+            None => Event::Remove { coll, key: id_key(&raw_id), raw_id },
         }
     }
 
@@ -236,6 +270,7 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
     // The pending scopes as Redis holds them (`cdc:pending`).
     let mut pending = Scopes::default();
     let batch = |state: &mut State,
+                 mongo: &Mongo,
                  store: &mut Store,
                  log: &[Event],
                  saved: &mut usize,
@@ -255,7 +290,13 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
         if *saved + n >= *loaded_at {
             state.catching_up = false;
         }
-        let applied = state.apply(events);
+        let mut applied = state.apply(events);
+        // As the engine: an owner whose detail the state does not know
+        // (loaded without one) is read again from MongoDB.
+        let missing: Vec<Bson> = applied.videos.keys().filter_map(|w| state.needs_detail(w)).collect();
+        for raw_id in missing {
+            applied.absorb(state.apply(vec![mongo.look_up(Coll::Video, raw_id)]));
+        }
         let view = redis_view(store, &ctx, applied.videos.keys().cloned());
         let plan = plan_batch(state, &applied, &view, &ctx);
         match fail {
@@ -304,6 +345,7 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
             Step::Put(..) | Step::Delete(..) => log.extend(mongo.apply(s)),
             Step::Flush(take) => batch(
                 &mut state,
+                &mongo,
                 &mut store,
                 &log,
                 &mut saved,
@@ -346,7 +388,7 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
     // The streams go idle: a batch without events recomputes what is
     // still dirty.
     while saved < log.len() || !state.dirty.is_empty() {
-        batch(&mut state, &mut store, &log, &mut saved, &mut persisted, &mut pending, &loaded_at, 3, None)?;
+        batch(&mut state, &mongo, &mut store, &log, &mut saved, &mut persisted, &mut pending, &loaded_at, 3, None)?;
     }
     let mut expected = Store::new();
     for op in mongo.full_plan(&cfg) {
@@ -395,6 +437,20 @@ proptest! {
     fn incremental_refresh_equals_a_full_rebuild(
         initial in proptest::collection::vec(step(), 0..30),
         steps in proptest::collection::vec(step(), 1..40),
+    ) {
+        run(initial, steps)?;
+    }
+
+    /// Two documents writing one id (an ObjectId and a string of its hex),
+    /// with faults, without restarts and jobs. A restart replays events
+    /// the load already holds, and a replayed delete and re-insert of the
+    /// id's first document moves it behind the second: which one owns
+    /// the id can then differ from MongoDB's natural order until the next
+    /// full rebuild (see the README's known limits).
+    #[test]
+    fn two_documents_with_one_written_id_follow_natural_order(
+        initial in proptest::collection::vec(step_without_restarts(10), 0..30),
+        steps in proptest::collection::vec(step_without_restarts(10), 1..40),
     ) {
         run(initial, steps)?;
     }
@@ -489,7 +545,7 @@ fn a_batch_visits_only_the_members_of_the_scopes_it_touched() {
     // An upload into c0: c0's members and the video, never c1's (c0 is
     // in no channel, so no home section reads c1 either).
     let upload = doc! { "title": "new", "listStatus": 1, "categoryIds": ["c0"], "tagIds": ["t0"], "addedTime": DateTime::from_millis(1 << 40) };
-    let plan = one_batch(&mut mongo, &mut state, &mut store, &[Step::Put(Coll::Video, 9, upload)]);
+    let plan = one_batch(&mut mongo, &mut state, &mut store, &[Step::Put(Coll::Video, 20, upload)]);
     // c0's members and t0's (every c0 video carries t0), and the upload.
     assert_eq!(plan.visited, 2 * (n + 1) + 1, "c0's and t0's members and the upload, never c1's");
     // A status flip of one video in c1: c1's members, and c1's first

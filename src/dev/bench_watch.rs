@@ -183,16 +183,17 @@ pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevR
     let (stop_tx, watcher, metrics) = spawn_streaming(cfg, opts).await?;
     let started = Instant::now();
     let deadline = started + Duration::from_secs(120);
-    // Done when every change arrived, or when none has for 3 s: a change
-    // that turned out a no-op (a delete of a video already gone) never
-    // produces an event. The rate ends at the last batch applied.
+    // Done when every change arrived, or when none has for 15 s (longer
+    // than any one batch takes): a change that turned out a no-op (a
+    // delete of a video already gone) never produces an event. The rate
+    // ends at the last batch applied.
     let (mut applied, mut last_batch) = (0, started);
     while applied < backlog && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
         let now = metrics.total_applied();
         if now != applied {
             (applied, last_batch) = (now, Instant::now());
-        } else if applied > 0 && last_batch.elapsed() > Duration::from_secs(3) {
+        } else if applied > 0 && last_batch.elapsed() > Duration::from_secs(15) {
             break;
         }
     }

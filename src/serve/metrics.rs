@@ -290,7 +290,7 @@ impl Collector for WatchCollector {
         counter(
             &mut encoder,
             "watch_visited_videos",
-            "Videos the watcher's batch planning visited: the members of the scopes the batches touched",
+            "Scope members the watcher's batch planning read: the members of the scopes the batches touched, and their videos",
             w.visited_videos.load(Ordering::Relaxed),
         )?;
         let problems = w.problems.lock().unwrap_or_else(|e| e.into_inner()).clone();

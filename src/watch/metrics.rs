@@ -29,8 +29,9 @@ pub struct WatchMetrics {
     pub lag_ms: AtomicU64,
     /// Video documents rejected while streaming (counted and skipped).
     pub rejected: AtomicU64,
-    /// Videos the batches' planning visited: the members of the scopes
-    /// they touched (never a walk over the whole catalogue).
+    /// Scope members the batches' planning read: the members of the
+    /// scopes they touched and their videos (never a walk over the whole
+    /// catalogue).
     pub visited_videos: AtomicU64,
     /// When the heartbeat was last written (unix seconds).
     pub last_heartbeat: AtomicU64,

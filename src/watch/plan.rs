@@ -1,9 +1,12 @@
 //! Planning one batch: pure. From the state after the batch's events, what
 //! it touched, and what Redis holds of the touched videos, it gives the
 //! writes that make every affected key equal to what a full rebuild of the
-//! new state writes. The values come from the rebuild's own planners
+//! new state writes. Catalogue values and the touched videos'
+//! `video:categories` come from the rebuild's own planners
 //! ([`crate::plan::plan_catalog`], [`crate::plan::video::plan_selected`]);
-//! this module only decides which keys a batch affects.
+//! the index keys of a touched scope are read off its ordered members
+//! ([`super::members`]), what the rebuild's index planner lists for it
+//! (the property test compares every batch with a full rebuild).
 
 use super::compact::Wid;
 use super::state::{Applied, Scopes, State};
@@ -42,8 +45,8 @@ pub struct BatchPlan {
     /// The scopes the batch recomputes: recorded as pending before its
     /// writes, cleared with its tokens.
     pub scopes: Scopes,
-    /// How many videos planning visited: the members of the touched
-    /// scopes, never the whole catalogue.
+    /// How many scope members planning read (a category's or tag's, and
+    /// the touched videos), never the whole catalogue.
     pub visited: usize,
 }
 

@@ -11,11 +11,12 @@
 mod common;
 
 use cachewright::config::Config;
-use cachewright::plan::{Change, FamilySet, Op, PlanCtx};
+use cachewright::plan::{Change, FamilySet, Op, PlanCtx, TxBudget};
 use cachewright::rebuild::{plan_ctx, plan_in_memory};
 use cachewright::registry::Tier;
 use cachewright::watch::model::{Coll, Event, id_key};
 use cachewright::watch::plan::{RedisView, plan_batch};
+use cachewright::watch::protocol::{self, Step as WriteStep};
 use cachewright::watch::state::{Existing, Scopes, State, tracked_families};
 use common::render::Content;
 use indexmap::IndexMap;
@@ -299,43 +300,48 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
         }
         let view = redis_view(store, &ctx, applied.videos.keys().cloned());
         let plan = plan_batch(state, &applied, &view, &ctx);
-        match fail {
-            // Some transactions landed before the failure: a prefix of the
-            // scope changes, and perhaps the last one with the tokens.
-            Some(landed) => {
-                let catching_up = state.catching_up;
-                if landed > 0 && !plan.changes.is_empty() {
-                    pending.extend(&plan.scopes.persisted());
-                }
-                for change in plan.changes.iter().take(landed) {
-                    write(store, change);
-                }
-                if landed > plan.changes.len() {
-                    for change in &plan.last {
-                        write(store, change);
+        // The engine's steps, in its order; a failure stops them after
+        // `landed` transactions (the state is rolled back even when all
+        // of them landed: the reply was lost).
+        let budget = TxBudget { max_keys: 3, max_cost: 4_000 };
+        let mut units = 0usize;
+        let limit = fail.unwrap_or(usize::MAX);
+        'steps: for step in protocol::steps(&plan, budget, state.catching_up) {
+            match step {
+                WriteStep::Pending(members) => {
+                    if units >= limit {
+                        break 'steps;
                     }
+                    pending.extend(&Scopes::from_members(members));
+                    units += 1;
+                }
+                WriteStep::Runs(runs) => {
+                    for run in runs {
+                        if units >= limit {
+                            break 'steps;
+                        }
+                        run.iter().for_each(|change| write(store, change));
+                        units += 1;
+                    }
+                }
+                WriteStep::Tokens { changes, clear } => {
+                    if units >= limit {
+                        break 'steps;
+                    }
+                    changes.iter().for_each(|change| write(store, change));
                     *persisted = *saved + n;
-                    if !catching_up {
+                    if clear {
                         *pending = Scopes::default();
                     }
                 }
-                state.abort(applied, &ctx.keys, &plan);
-                prop_assert_eq!(before, state_fingerprint(state), "undo left the state changed");
             }
-            None => {
-                for change in plan.changes.iter().chain(&plan.last) {
-                    write(store, change);
-                }
-                if !plan.changes.is_empty() {
-                    pending.extend(&plan.scopes.persisted());
-                }
-                if !state.catching_up {
-                    *pending = Scopes::default();
-                }
-                state.commit(applied, &ctx.keys, &plan);
-                *saved += n;
-                *persisted = *saved;
-            }
+        }
+        if fail.is_some() {
+            state.abort(applied, &ctx.keys, &plan);
+            prop_assert_eq!(before, state_fingerprint(state), "undo left the state changed");
+        } else {
+            state.commit(applied, &ctx.keys, &plan);
+            *saved += n;
         }
         Ok(())
     };

@@ -2,6 +2,7 @@
 //! what they change and saves the tokens after.
 
 use super::batch::{Batch, CatchUp};
+use super::protocol::Step;
 use super::state::State;
 use super::stream::{Item, StartAt};
 use super::{Restart, WatchError, WatchMetrics, WatchOptions, model, plan};
@@ -165,17 +166,16 @@ impl Engine<'_> {
         self.metrics.visited(plan.visited);
         let budget = self.sink.tx_budget(self.cfg);
         let written = async {
-            if !plan.changes.is_empty() {
-                self.sink.add_pending(self.status, &plan.scopes.to_members()).await?;
+            for step in super::protocol::steps(&plan, budget, state.catching_up) {
+                match step {
+                    Step::Pending(members) => self.sink.add_pending(self.status, &members).await?,
+                    Step::Runs(runs) => self.apply_runs(runs).await?,
+                    Step::Tokens { changes, clear } => {
+                        self.sink.apply_changes_and_save_tokens(changes, self.status, tokens, clear).await?
+                    }
+                }
             }
-            self.apply_runs(budget.cut(&plan.changes)).await?;
-            // The videos' own keys go after every key that indexes them;
-            // their last run carries the tokens (see `BatchPlan::last`).
-            let mut last = budget.cut(&plan.last);
-            let with_tokens = last.pop().unwrap_or_default();
-            self.apply_runs(last).await?;
-            let clear = !state.catching_up;
-            self.sink.apply_changes_and_save_tokens(with_tokens, self.status, tokens, clear).await
+            Ok::<(), SinkError>(())
         }
         .await;
         tracing::debug!(

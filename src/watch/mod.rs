@@ -17,7 +17,8 @@
 //! (which restart to take); `load` restores the state, the tracked keys
 //! and the tokens; `batch` sorts stream items into a batch; `engine`
 //! applies batches; `state`, `members` and `compact` are the state;
-//! `plan` is the pure batch planner.
+//! `plan` is the pure batch planner and `protocol` the order in which a
+//! batch's writes reach Redis.
 
 mod batch;
 pub mod compact;
@@ -27,6 +28,7 @@ pub mod members;
 pub mod metrics;
 pub mod model;
 pub mod plan;
+pub mod protocol;
 pub mod state;
 pub mod stream;
 

@@ -1,0 +1,82 @@
+//! The order in which a batch reaches Redis, as data: the engine runs
+//! these steps against Redis, and the property test (`watch_props`) runs
+//! the same steps against its in-memory store, failing after any of
+//! them, so the test checks the engine's real order.
+//!
+//! 1. The batch's scopes go to `cdc:pending` first, so a restart after a
+//!    partial write knows what to recompute.
+//! 2. The scope keys go out as transactions cut by the budget, in any
+//!    order.
+//! 3. The touched videos' own keys follow, every run but the last.
+//! 4. The last run of those carries the resume tokens (and clears
+//!    `cdc:pending` once the streams have caught up with a load): once
+//!    it lands, the batch is saved.
+
+use super::plan::BatchPlan;
+use crate::plan::{Change, TxBudget};
+
+/// One step of writing a batch.
+#[derive(Debug, PartialEq)]
+pub enum Step<'p> {
+    /// Records these `cdc:pending` members.
+    Pending(Vec<String>),
+    /// Transactions that may land in any order.
+    Runs(Vec<&'p [Change]>),
+    /// The last transaction: these changes with the resume tokens;
+    /// `clear` empties `cdc:pending` in it.
+    Tokens { changes: &'p [Change], clear: bool },
+}
+
+/// The steps of writing `plan`, in order, each transaction within
+/// `budget`. The tokens step always comes last, even with no change.
+pub fn steps(plan: &BatchPlan, budget: TxBudget, catching_up: bool) -> Vec<Step<'_>> {
+    let mut out = Vec::new();
+    if !plan.changes.is_empty() {
+        out.push(Step::Pending(plan.scopes.to_members()));
+        out.push(Step::Runs(budget.cut(&plan.changes)));
+    }
+    // The videos' own keys go after every key that indexes them (see
+    // `BatchPlan::last`).
+    let mut last = budget.cut(&plan.last);
+    let with_tokens = last.pop().unwrap_or_default();
+    if !last.is_empty() {
+        out.push(Step::Runs(last));
+    }
+    out.push(Step::Tokens { changes: with_tokens, clear: !catching_up });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::Keys;
+    use crate::plan::{Op, Value};
+    use crate::registry::FamilyId;
+
+    fn put(keys: &Keys, family: FamilyId, id: &str) -> Change {
+        Change::Put(Op { key: keys.key(family, &[id]), value: Value::String("x".into()) })
+    }
+
+    #[test]
+    fn pending_first_then_scopes_then_videos_and_the_tokens_last() {
+        let keys = Keys::new("app:");
+        let mut plan = BatchPlan::default();
+        plan.scopes.categories.insert("c1".into());
+        plan.changes = (0..5).map(|i| put(&keys, FamilyId::CategoryVideoCount, &format!("c{i}"))).collect();
+        plan.last = (0..3).map(|i| put(&keys, FamilyId::VideoDetail, &format!("v{i}"))).collect();
+        let budget = TxBudget { max_keys: 2, max_cost: usize::MAX };
+        let steps = steps(&plan, budget, false);
+        assert_eq!(steps[0], Step::Pending(vec!["c:c1".to_string()]));
+        assert!(matches!(&steps[1], Step::Runs(runs) if runs.len() == 3));
+        assert!(matches!(&steps[2], Step::Runs(runs) if runs.len() == 1 && runs[0].len() == 2));
+        assert!(matches!(&steps[3], Step::Tokens { changes, clear: true } if changes.len() == 1));
+        assert_eq!(steps.len(), 4);
+    }
+
+    #[test]
+    fn a_batch_without_scope_changes_records_nothing_pending_and_still_saves_its_tokens() {
+        let plan = BatchPlan::default();
+        let steps = steps(&plan, TxBudget { max_keys: 10, max_cost: 100 }, true);
+        assert_eq!(steps, vec![Step::Tokens { changes: &[], clear: false }]);
+    }
+}

@@ -337,10 +337,10 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
             }
         }
         if fail.is_some() {
-            state.abort(applied, &ctx.keys, &plan);
+            state.abort(applied, &ctx.keys, &plan.record);
             prop_assert_eq!(before, state_fingerprint(state), "undo left the state changed");
         } else {
-            state.commit(applied, &ctx.keys, &plan);
+            state.commit(applied, &ctx.keys, &plan.record);
             *saved += n;
         }
         Ok(())
@@ -540,7 +540,7 @@ fn one_batch(
         write(&mut expected, &Change::Put(op));
     }
     assert!(render(store) == render(&expected), "the batch left the cache unlike a full rebuild");
-    state.commit(applied, &ctx.keys, &plan);
+    state.commit(applied, &ctx.keys, &plan.record);
     plan
 }
 
@@ -568,14 +568,18 @@ fn renaming_a_big_category_touches_its_catalogue_keys_only() {
     let rename = doc! { "name": "Renamed", "seq": 1, "status": 1 };
     let plan = one_batch(&mut mongo, &mut state, &mut store, &[Step::Put(Coll::Category, 0, rename)]);
     assert_eq!(plan.visited, 0, "no video is visited for a rename");
-    assert!(plan.scopes.videos.is_empty() && plan.scopes.memberships.is_empty(), "{:?}", plan.scopes.memberships);
+    assert!(
+        plan.record.scopes.videos.is_empty() && plan.record.scopes.memberships.is_empty(),
+        "{:?}",
+        plan.record.scopes.memberships
+    );
     let written: Vec<&str> = plan.changes.iter().chain(&plan.last).map(|c| c.key().text.as_str()).collect();
     assert!(written.iter().all(|k| !k.contains("video:")), "{written:?}");
     // Turning it off rewrites its members' categories, and the pending
     // record still names the category, not its 9,000 videos.
     let off = doc! { "name": "Renamed", "seq": 1, "status": 0 };
     let plan = one_batch(&mut mongo, &mut state, &mut store, &[Step::Put(Coll::Category, 0, off)]);
-    assert_eq!(plan.scopes.videos.len(), n);
-    let pending = plan.scopes.to_members();
+    assert_eq!(plan.record.scopes.videos.len(), n);
+    let pending = plan.record.scopes.to_members();
     assert!(pending.len() < 10 && pending.contains(&"cm:c0".to_string()), "{pending:?}");
 }

@@ -190,11 +190,11 @@ impl Engine<'_> {
         match written {
             Ok(()) => {
                 let videos: Vec<String> = applied.videos.keys().cloned().collect();
-                state.commit(applied, &self.ctx.keys, &plan);
+                state.commit(applied, &self.ctx.keys, &plan.record);
                 Ok(videos)
             }
             Err(err) => {
-                state.abort(applied, &self.ctx.keys, &plan);
+                state.abort(applied, &self.ctx.keys, &plan.record);
                 Err(err.into())
             }
         }

@@ -9,7 +9,7 @@
 //! (the property test compares every batch with a full rebuild).
 
 use super::compact::Wid;
-use super::state::{Applied, Scopes, State};
+use super::state::{Applied, Record, Scopes, State};
 use crate::model::catalog::Catalog;
 use crate::model::report::RefReport;
 use crate::plan::video::{Member, Selection, distinct, plan_selected, resolve};
@@ -38,13 +38,8 @@ pub struct BatchPlan {
     /// a partial write sees the others old and recomputes what they
     /// index.
     pub last: Vec<Change>,
-    /// Tracked keys written, with the digest of catalogue values.
-    pub written: Vec<(String, Option<u128>)>,
-    /// Tracked keys deleted.
-    pub deleted: Vec<String>,
-    /// The scopes the batch recomputes: recorded as pending before its
-    /// writes, cleared with its tokens.
-    pub scopes: Scopes,
+    /// What the writes change in what the state knows of the cache.
+    pub record: Record,
     /// How many scope members planning read (a category's or tag's, and
     /// the touched videos), never the whole catalogue.
     pub visited: usize,
@@ -229,7 +224,7 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         if d.is_some() && state.existing.digest(&op.key.text) == d {
             continue;
         }
-        out.written.push((op.key.text.clone(), d));
+        out.record.written.push((op.key.text.clone(), d));
         out.changes.push(Change::Put(op));
     }
 
@@ -256,11 +251,11 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     }
     for key in stale {
         if let Some(family) = ctx.keys.classify(key).filter(|f| ctx.families.contains(*f)) {
-            out.deleted.push(key.clone());
+            out.record.deleted.push(key.clone());
             out.changes.push(Change::Delete(crate::keys::Key { family, text: key.clone() }));
         }
     }
-    out.scopes = Scopes { categories: cats, tags, channels, videos, memberships: flipped };
+    out.record.scopes = Scopes { categories: cats, tags, channels, videos, memberships: flipped };
     let per_video = |c: &Change| matches!(c.key().family, FamilyId::VideoDetail | FamilyId::VideoCategories);
     let (last, changes) = std::mem::take(&mut out.changes).into_iter().partition(per_video);
     out.changes = changes;
@@ -383,13 +378,13 @@ fn plan_catalog_diff(state: &State, ctx: &PlanCtx, out: &mut BatchPlan) {
         let d = digest(&op.value);
         planned.insert(op.key.text.clone());
         if state.existing.catalog.get(&op.key.text) != Some(&Some(d)) {
-            out.written.push((op.key.text.clone(), Some(d)));
+            out.record.written.push((op.key.text.clone(), Some(d)));
             out.changes.push(Change::Put(op));
         }
     }
     for key in state.existing.catalog.keys().filter(|k| !planned.contains(*k)) {
         if let Some(family) = ctx.keys.classify(key) {
-            out.deleted.push(key.clone());
+            out.record.deleted.push(key.clone());
             out.changes.push(Change::Delete(crate::keys::Key { family, text: key.clone() }));
         }
     }

@@ -32,7 +32,7 @@ pub enum Step<'p> {
 pub fn steps(plan: &BatchPlan, budget: TxBudget, catching_up: bool) -> Vec<Step<'_>> {
     let mut out = Vec::new();
     if !plan.changes.is_empty() {
-        out.push(Step::Pending(plan.scopes.to_members()));
+        out.push(Step::Pending(plan.record.scopes.to_members()));
         out.push(Step::Runs(budget.cut(&plan.changes)));
     }
     // The videos' own keys go after every key that indexes them (see
@@ -61,7 +61,7 @@ mod tests {
     fn pending_first_then_scopes_then_videos_and_the_tokens_last() {
         let keys = Keys::new("app:");
         let mut plan = BatchPlan::default();
-        plan.scopes.categories.insert("c1".into());
+        plan.record.scopes.categories.insert("c1".into());
         plan.changes = (0..5).map(|i| put(&keys, FamilyId::CategoryVideoCount, &format!("c{i}"))).collect();
         plan.last = (0..3).map(|i| put(&keys, FamilyId::VideoDetail, &format!("v{i}"))).collect();
         let budget = TxBudget { max_keys: 2, max_cost: usize::MAX };

@@ -253,6 +253,20 @@ impl Scopes {
     }
 }
 
+/// What a batch's writes change in what the state knows of the cache:
+/// kept by [`State::commit`], made unknown by [`State::abort`]. Planning
+/// fills it; the state reads it (and never the plan).
+#[derive(Debug, Default)]
+pub struct Record {
+    /// Tracked keys written, with the digest of the value when known.
+    pub written: Vec<(String, Option<u128>)>,
+    /// Tracked keys deleted.
+    pub deleted: Vec<String>,
+    /// The scopes the batch recomputes: recorded as pending before its
+    /// writes, cleared with its tokens.
+    pub scopes: Scopes,
+}
+
 /// What the index families read of an active video: `addedTime`, and its
 /// category and tag references as stored.
 pub type IndexView = (i64, Box<[Sym]>, Box<[Sym]>);
@@ -580,10 +594,10 @@ impl State {
     /// writes and deletes may have landed, so the keys they name count as
     /// possibly held with unknown contents: a later change rewrites them
     /// if planned and deletes them if not.
-    pub fn abort(&mut self, applied: Applied, keys: &Keys, plan: &super::plan::BatchPlan) {
-        let (written, deleted) = (&plan.written, &plan.deleted);
+    pub fn abort(&mut self, applied: Applied, keys: &Keys, record: &Record) {
+        let (written, deleted) = (&record.written, &record.deleted);
         self.undo(applied);
-        self.dirty.extend(&plan.scopes);
+        self.dirty.extend(&record.scopes);
         for key in written.iter().map(|(k, _)| k).chain(deleted) {
             self.existing.insert(keys, key, None);
         }
@@ -626,10 +640,10 @@ impl State {
 
     /// Keeps a batch whose writes are in Redis: records the keys it wrote
     /// and deleted, and drops the detail payloads it no longer needs.
-    pub fn commit(&mut self, applied: Applied, keys: &Keys, plan: &super::plan::BatchPlan) {
-        let (written, deleted) = (&plan.written, &plan.deleted);
+    pub fn commit(&mut self, applied: Applied, keys: &Keys, record: &Record) {
+        let (written, deleted) = (&record.written, &record.deleted);
         if self.catching_up {
-            self.dirty.extend(&plan.scopes);
+            self.dirty.extend(&record.scopes);
         } else {
             self.dirty = Scopes::default();
         }

@@ -51,12 +51,16 @@ echo "  state load on restart    ${LOAD_MS:-?} ms"
 # from /proc once the streams caught up.
 "$ROOT/target/release/cachewright" watch >"$OUT/watch-alone.log" 2>&1 &
 WATCH_PID=$!
+CAUGHT_UP=""
 for _ in $(seq 1 600); do
-  grep -q "caught up with the loaded documents" "$OUT/watch-alone.log" && break
+  if grep -q "caught up with the loaded documents" "$OUT/watch-alone.log"; then CAUGHT_UP=1; break; fi
   kill -0 "$WATCH_PID" 2>/dev/null || break
   sleep 0.1
 done
-sleep 1
+if [ -z "$CAUGHT_UP" ]; then
+  kill -TERM "$WATCH_PID" 2>/dev/null; wait "$WATCH_PID" 2>/dev/null || true
+  die "cachewright watch did not catch up within 60 s; see $OUT/watch-alone.log"
+fi
 HWM=$(awk '/VmHWM/ {print int($2/1024)}' "/proc/$WATCH_PID/status" 2>/dev/null)
 RSS=$(awk '/VmRSS/ {print int($2/1024)}' "/proc/$WATCH_PID/status" 2>/dev/null)
 kill -TERM "$WATCH_PID" 2>/dev/null; wait "$WATCH_PID" 2>/dev/null || true

@@ -27,23 +27,11 @@ pub async fn read_videos(
 ) -> Result<(VideoIndex, Intake), RunError> {
     let collection = cfg.collections.video.clone();
     let stage = progress.stage("reading videos", source.estimated_count(&collection).await);
-    let mut cursor = source.scan(&collection, cfg.read_batch_size).await?;
     let (raw_tx, mut raw_rx) = mpsc::channel::<Vec<RawDocumentBuf>>(4);
-    let reader = tokio::spawn(async move {
-        let mut batch = Vec::with_capacity(DECODE_BATCH);
-        while let Some(doc) = Source::next(&mut cursor, &collection).await? {
-            batch.push(doc);
-            if batch.len() >= DECODE_BATCH
-                && raw_tx.send(std::mem::replace(&mut batch, Vec::with_capacity(DECODE_BATCH))).await.is_err()
-            {
-                return Ok(());
-            }
-        }
-        if !batch.is_empty() {
-            let _ = raw_tx.send(batch).await;
-        }
-        Ok::<_, crate::source::SourceError>(())
-    });
+    let reader = {
+        let (source, batch_size) = (source.clone(), cfg.read_batch_size);
+        tokio::spawn(async move { source.read_chunks(&collection, batch_size, DECODE_BATCH, raw_tx).await })
+    };
 
     let want_detail = ctx.families.contains(FamilyId::VideoDetail);
     let mut intake = Intake::default();

@@ -131,10 +131,9 @@ impl Source {
         chunk: usize,
         tx: tokio::sync::mpsc::Sender<Vec<RawDocumentBuf>>,
     ) -> Result<(), SourceError> {
-        let read_err = |source| SourceError::Read { collection: collection.to_string(), source };
         let mut cursor = self.scan(collection, batch_size).await?;
         let mut filling = Vec::with_capacity(chunk);
-        while let Some(doc) = cursor.try_next().await.map_err(read_err)? {
+        while let Some(doc) = Source::next(&mut cursor, collection).await? {
             filling.push(doc);
             if filling.len() >= chunk
                 && tx.send(std::mem::replace(&mut filling, Vec::with_capacity(chunk))).await.is_err()

@@ -115,22 +115,6 @@ impl Syms {
     pub fn name(&self, sym: Sym) -> &str {
         &self.names[sym as usize]
     }
-
-    /// How many references are interned; symbols are `0..len`.
-    pub fn len(&self) -> usize {
-        self.names.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
-    }
-
-    /// Every reference resolved once by `f`, indexed by symbol: a batch
-    /// resolves each reference against its catalogue once, not once per
-    /// video that carries it.
-    pub fn resolve<T>(&self, f: impl Fn(&str) -> T) -> Vec<T> {
-        self.names.iter().map(|n| f(n)).collect()
-    }
 }
 
 #[cfg(test)]

@@ -215,12 +215,12 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         ops.extend(plan_selected(walk, catalog, ctx, &sel));
     }
     let planned: HashSet<String> = ops.iter().map(|op| op.key.text.clone()).collect();
+    let tracked = super::state::tracked_families();
     for op in ops {
         // A scope's key whose value is what this process last wrote
         // there is left alone: most of a busy batch's home sections and
         // lists come out as they were.
-        let tracked = crate::registry::Registry::get().family(op.key.family).scope != [crate::registry::Scope::Video];
-        let d = tracked.then(|| digest(&op.value));
+        let d = tracked.contains(op.key.family).then(|| digest(&op.value));
         if d.is_some() && state.existing.digest(&op.key.text) == d {
             continue;
         }
@@ -339,29 +339,22 @@ fn plan_homes(state: &State, ctx: &PlanCtx, channels: &BTreeSet<String>) -> Vec<
     out
 }
 
-/// Visits, once each, the selected videos that are active. Gives how
-/// many it visited.
+/// Visits the selected videos (distinct: a set) that are active. Gives
+/// how many it visited.
 fn visit(state: &State, catalog: &Catalog, sel: &Selection, f: &mut dyn FnMut(Member<'_>)) -> usize {
-    let ids: Vec<Wid> = sel.videos.iter().flatten().map(|w| Wid::new(w)).collect();
-    let mut seen: rustc_hash::FxHashSet<&Wid> = Default::default();
-    seen.reserve(ids.len());
-    // Each reference resolved against the catalogue once.
-    let cat_of = state.syms.resolve(|c| catalog.active_category_index(c));
-    let tag_of = state.syms.resolve(|t| {
-        catalog.active_tag_index(t).map(|i| (i, catalog.active_category_index(&catalog.tags[i].category_id)))
-    });
     let (mut cats, mut tags) = (Vec::new(), Vec::new());
     let mut refs = RefReport::default();
     let mut visited = 0;
-    for w in &ids {
-        if !seen.insert(w) {
-            continue;
-        }
-        let Some(v) = state.effective_of(w) else { continue };
-        let cat_refs = distinct(v.cats.iter().copied()).into_iter().map(|c| cat_of[c as usize]);
-        let tag_refs = distinct(v.tags.iter().copied()).into_iter().map(|t| tag_of[t as usize]);
+    for w in sel.videos.iter().flatten() {
+        let Some(v) = state.effective(w) else { continue };
+        let cat_refs =
+            distinct(v.cats.iter().copied()).into_iter().map(|c| catalog.active_category_index(state.name(c)));
+        let tag_refs = distinct(v.tags.iter().copied()).into_iter().map(|t| {
+            let tag = catalog.active_tag_index(state.name(t));
+            tag.map(|i| (i, catalog.active_category_index(&catalog.tags[i].category_id)))
+        });
         resolve(cat_refs, tag_refs, &mut refs, &mut cats, &mut tags);
-        f(Member { id: &w.text(), added_ms: v.added_ms, cats: &cats, tags: &tags });
+        f(Member { id: w, added_ms: v.added_ms, cats: &cats, tags: &tags });
         visited += 1;
     }
     visited
@@ -377,12 +370,12 @@ fn plan_catalog_diff(state: &State, ctx: &PlanCtx, out: &mut BatchPlan) {
     for op in ops {
         let d = digest(&op.value);
         planned.insert(op.key.text.clone());
-        if state.existing.catalog.get(&op.key.text) != Some(&Some(d)) {
+        if state.existing.digest(&op.key.text) != Some(d) {
             out.record.written.push((op.key.text.clone(), Some(d)));
             out.changes.push(Change::Put(op));
         }
     }
-    for key in state.existing.catalog.keys().filter(|k| !planned.contains(*k)) {
+    for key in state.existing.catalog.iter().filter(|k| !planned.contains(*k)) {
         if let Some(family) = ctx.keys.classify(key) {
             out.record.deleted.push(key.clone());
             out.changes.push(Change::Delete(crate::keys::Key { family, text: key.clone() }));

@@ -83,12 +83,12 @@ pub struct Existing {
     pub by_tag: HashMap<String, BTreeSet<String>>,
     /// `video:list:home` keys by channel id.
     pub by_channel: HashMap<String, BTreeSet<String>>,
-    /// Catalogue-family keys with the digest of their last written value
-    /// (`None`: exists, contents unknown).
-    pub catalog: HashMap<String, Option<u128>>,
-    /// The digest of what this process last wrote to a scoped key, while
-    /// it is known: a load, a job or a failed batch leaves it unknown.
-    pub scoped: HashMap<String, u128>,
+    /// Catalogue-family keys.
+    pub catalog: std::collections::HashSet<String>,
+    /// The digest of what this process last wrote to a tracked key, while
+    /// it is known: a load, a job or a failed batch leaves it unknown, and
+    /// the key is then written whatever its value.
+    pub digests: HashMap<String, u128>,
 }
 
 /// The families [`Existing`] tracks: all but those scoped by video,
@@ -115,21 +115,20 @@ impl Existing {
         let Some((family, args)) = keys.parse(key) else { return };
         let scope = &crate::registry::Registry::get().family(family).scope;
         // The registry holds `global` and `video` alone.
-        match scope.as_slice() {
-            [Scope::Video] => return,
-            [Scope::Global] => {
-                match add {
-                    Some(digest) => self.catalog.insert(key.to_string(), digest),
-                    None => self.catalog.remove(key),
-                };
-                return;
-            }
-            _ => {}
+        if scope.as_slice() == [Scope::Video] {
+            return;
         }
         match add {
-            Some(Some(digest)) => self.scoped.insert(key.to_string(), digest),
-            _ => self.scoped.remove(key),
+            Some(Some(digest)) => self.digests.insert(key.to_string(), digest),
+            _ => self.digests.remove(key),
         };
+        if scope.as_slice() == [Scope::Global] {
+            match add {
+                Some(_) => self.catalog.insert(key.to_string()),
+                None => self.catalog.remove(key),
+            };
+            return;
+        }
         for (s, id) in scope.iter().zip(args) {
             let map = match s {
                 Scope::Category => &mut self.by_category,
@@ -158,8 +157,8 @@ impl Existing {
             }
             map.retain(|_, set| !set.is_empty());
         }
-        self.catalog.retain(|k, _| !gone(k));
-        self.scoped.retain(|k, _| !gone(k));
+        self.catalog.retain(|k| !gone(k));
+        self.digests.retain(|k, _| !gone(k));
         for name in names {
             self.insert(keys, name, None);
         }
@@ -167,7 +166,7 @@ impl Existing {
 
     /// The digest of a tracked key's value, when known.
     pub fn digest(&self, key: &str) -> Option<u128> {
-        self.catalog.get(key).copied().flatten().or_else(|| self.scoped.get(key).copied())
+        self.digests.get(key).copied()
     }
 
     /// How many keys are tracked.
@@ -707,7 +706,7 @@ mod tests {
         }
         assert!(existing.by_category["c1"].contains(&list) && existing.by_tag["t1"].contains(&list));
         assert!(existing.by_channel["ch"].contains(&home));
-        assert_eq!(existing.catalog.get(&all), Some(&Some(7)));
+        assert!(existing.catalog.contains(&all) && existing.digest(&all) == Some(7));
         assert_eq!(existing.len(), 3, "each tracked key once; per-video keys are not tracked");
         for key in [&list, &home, &all] {
             existing.remove(&keys, key);

@@ -355,6 +355,23 @@ async fn lost_stages_are_never_renamed(url: &str) {
 /// and the write starts over on a new stage and lands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stage_lost_just_before_its_rename_leaves_the_key_whole_and_the_write_starts_over() {
+    stage_sabotaged_before_its_rename("UNLINK").await;
+}
+
+/// A stage cut short between the fill's size read-back and the rename,
+/// as a fail-over to a replica the whole fill had not reached does: the
+/// test pops the stage's last element while the proxy holds the rename.
+/// The size check runs in the rename's own atomic step, so the short
+/// stage is never renamed: the key stays old and whole, and the write
+/// starts over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_trimmed_just_before_its_rename_leaves_the_key_whole_and_the_write_starts_over() {
+    stage_sabotaged_before_its_rename("RPOP").await;
+}
+
+/// Holds a staged write's rename, applies `sabotage` (a command taking
+/// the stage's name) to the filled stage, and checks the key.
+async fn stage_sabotaged_before_its_rename(sabotage: &str) {
     use cachewright::plan::{Op, Value};
     let s = common::shared();
     let redis = common::servers::Redis::start();
@@ -368,6 +385,7 @@ async fn a_stage_lost_just_before_its_rename_leaves_the_key_whole_and_the_write_
     let (old, new) = (value("old"), value("new"));
     sink.write(&[Op { key: key.clone(), value: Value::List(old.clone()) }]).await.expect("first write");
 
+    let renames_before = common::command_calls(&redis.url(), "rename").await;
     proxy.stall_on(b"RENAME");
     let write = {
         let (sink, op) = (sink.clone(), Op { key: key.clone(), value: Value::List(new.clone()) });
@@ -382,10 +400,14 @@ async fn a_stage_lost_just_before_its_rename_leaves_the_key_whole_and_the_write_
     assert_eq!(filled, new.len());
     let items: Vec<String> = redis::cmd("LRANGE").arg(&key.text).arg(0).arg(-1).query_async(&mut direct).await.unwrap();
     assert_eq!(items, old, "the key is old and whole while its rename waits");
-    let _: usize = redis::cmd("UNLINK").arg(&stages[0]).query_async(&mut direct).await.unwrap();
+    let ttl: i64 = redis::cmd("TTL").arg(&stages[0]).query_async(&mut direct).await.unwrap();
+    assert!(ttl > 0, "a stage lives with a TTL: {ttl}");
+    let _: redis::Value = redis::cmd(sabotage).arg(&stages[0]).query_async(&mut direct).await.unwrap();
     proxy.resume();
 
     write.await.unwrap().expect("the write starts over on a new stage and lands");
+    let renames = common::command_calls(&redis.url(), "rename").await - renames_before;
+    assert_eq!(renames, 1, "only the whole stage was renamed");
     let items: Vec<String> = redis::cmd("LRANGE").arg(&key.text).arg(0).arg(-1).query_async(&mut direct).await.unwrap();
     assert_eq!(items, new);
     assert_eq!(common::count_keys(&redis.url(), &pattern).await, 0, "a stage left behind");

@@ -119,6 +119,13 @@ pub fn stage_key(status_prefix: &str, slot: u16, nonce: u64) -> String {
 /// arguments. `FENCED n` means a newer writer raised the copy to `n`;
 /// `EPOCHLOW` that the copy is missing or older (never raised, or lost
 /// with a restarted master), which the writer repairs and retries.
+///
+/// A command named [`SIZE_GUARD`] (`SIZEIS key size-command n`) writes
+/// nothing: every guard is checked before any command runs, and a key
+/// whose size is not `n` fails the whole step with `STAGELOST`. That is
+/// how a stage's rename carries its size check into the same atomic step
+/// (see `stage.rs`). On one node the same script runs inside the fenced
+/// `MULTI`/`EXEC`, unfenced (`ARGV[1]` empty).
 pub const WRITE_SCRIPT: &str = "\
 if ARGV[1] ~= '' then
   local e = redis.call('GET', KEYS[1])
@@ -130,10 +137,23 @@ end
 local i = 2
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
-  redis.call(unpack(ARGV, i + 1, i + n))
+  if ARGV[i + 1] == 'SIZEIS' then
+    local found = redis.call(ARGV[i + 3], ARGV[i + 2])
+    if found ~= tonumber(ARGV[i + 4]) then return redis.error_reply('STAGELOST ' .. ARGV[i + 2] .. ' holds ' .. found) end
+  end
+  i = i + n + 1
+end
+i = 2
+while i <= #ARGV do
+  local n = tonumber(ARGV[i])
+  if ARGV[i + 1] ~= 'SIZEIS' then redis.call(unpack(ARGV, i + 1, i + n)) end
   i = i + n + 1
 end
 return 1";
+
+/// The name of the size guard the write scripts know (see
+/// [`WRITE_SCRIPT`]); Redis itself has no such command.
+pub const SIZE_GUARD: &str = "SIZEIS";
 
 /// Runs all of one master's slot parts of a batch as one atomic step,
 /// declaring no keys (so the call goes to the master we choose). `ARGV`:
@@ -145,7 +165,8 @@ return 1";
 /// readable here, so the slot is stable on this master and no command
 /// below can be redirected halfway. So the script writes everything or
 /// nothing; `UNSTABLE`, `FENCED` or `EPOCHLOW` send the parts on to the
-/// one-slot path, which follows the cluster.
+/// one-slot path, which follows the cluster. Size guards are checked
+/// first, as in [`WRITE_SCRIPT`].
 ///
 /// One copy fences the whole step: a new leader raises every copy before
 /// its first write, and this step runs on one master at one instant, so
@@ -169,7 +190,16 @@ end
 local i, last = 4 + n, #ARGV
 while i <= last do
   local c = tonumber(ARGV[i])
-  redis.call(unpack(ARGV, i + 1, i + c))
+  if ARGV[i + 1] == 'SIZEIS' then
+    local found = redis.call(ARGV[i + 3], ARGV[i + 2])
+    if found ~= tonumber(ARGV[i + 4]) then return redis.error_reply('STAGELOST ' .. ARGV[i + 2] .. ' holds ' .. found) end
+  end
+  i = i + c + 1
+end
+i = 4 + n
+while i <= last do
+  local c = tonumber(ARGV[i])
+  if ARGV[i + 1] ~= 'SIZEIS' then redis.call(unpack(ARGV, i + 1, i + c)) end
   i = i + c + 1
 end
 return 1";
@@ -263,6 +293,21 @@ pub fn group_command(status_prefix: &str, epoch: Option<u64>, parts: &[SlotPart]
             for arg in command {
                 cmd.arg(*arg);
             }
+        }
+    }
+    cmd
+}
+
+/// An unfenced `EVAL` of [`WRITE_SCRIPT`] running `commands` in one
+/// atomic step, its size guards first. On one node it runs inside the
+/// fenced transaction, which the epoch's `WATCH` guards.
+pub fn guarded_command(commands: &[Vec<&[u8]>]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(WRITE_SCRIPT).arg(0).arg("");
+    for command in commands {
+        cmd.arg(command.len());
+        for arg in command {
+            cmd.arg(*arg);
         }
     }
     cmd

@@ -1,8 +1,9 @@
 //! A small Redis Cluster router of our own: the slot map from `CLUSTER
 //! SLOTS`, one multiplexed connection per node, and each command sent to
 //! the master of its key's slot, following `MOVED` and `ASK`, waiting
-//! out `TRYAGAIN` and `CLUSTERDOWN`, and reconnecting to a master that
-//! restarted.
+//! out `TRYAGAIN`, refreshing the map after a fail-over (`READONLY`,
+//! `LOADING`, `MASTERDOWN`, `CLUSTERDOWN`, a lost connection; see
+//! `reaction`), and reconnecting to a master that restarted.
 //!
 //! Why not the driver's cluster client: after a master restart, it was
 //! seen to hold every request, on every master, until the response
@@ -66,6 +67,44 @@ pub(super) fn command_slot(cmd: &Cmd) -> Option<u16> {
         _ => args.get(1)?,
     };
     Some(cluster::slot(key))
+}
+
+/// What the router does about a failed request before its next attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reaction {
+    /// The slot lives elsewhere now: note the new owner, refresh the map.
+    Moved,
+    /// The slot is moving: send the one command to the importing master.
+    Ask,
+    /// The slot is busy on its master (`TRYAGAIN`: keys of a moving slot).
+    Wait,
+    /// The node is not (or not yet) the slot's master: a fail-over turned
+    /// it into a replica (`READONLY`), it is still loading its data
+    /// (`LOADING`), its master is gone (`MASTERDOWN`), the cluster is
+    /// down or the connection failed. Pause, then ask the cluster who
+    /// owns the slot now.
+    WaitAndRefresh,
+    /// Anything else is the caller's to handle.
+    GiveUp,
+}
+
+fn reaction(err: &redis::RedisError) -> Reaction {
+    match err.kind() {
+        ErrorKind::Server(ServerErrorKind::Moved) => Reaction::Moved,
+        ErrorKind::Server(ServerErrorKind::Ask) => Reaction::Ask,
+        ErrorKind::Server(ServerErrorKind::TryAgain) => Reaction::Wait,
+        ErrorKind::Server(
+            ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ReadOnly
+            | ServerErrorKind::BusyLoading,
+        ) => Reaction::WaitAndRefresh,
+        _ if matches!(err.code(), Some("READONLY" | "LOADING" | "MASTERDOWN" | "CLUSTERDOWN")) => {
+            Reaction::WaitAndRefresh
+        }
+        _ if is_connection_error(err) => Reaction::WaitAndRefresh,
+        _ => Reaction::GiveUp,
+    }
 }
 
 fn is_connection_error(err: &redis::RedisError) -> bool {
@@ -267,26 +306,20 @@ impl Router {
                 Err(err) if attempt >= ATTEMPTS => return Err(err),
                 Err(err) => err,
             };
-            match err.kind() {
-                ErrorKind::Server(ServerErrorKind::Moved) => {
+            match reaction(&err) {
+                Reaction::Moved => {
                     if let Some((addr, moved)) = err.redirect_node() {
                         self.set_owner(moved, addr);
                     }
                     let _ = self.refresh().await;
                 }
-                ErrorKind::Server(ServerErrorKind::Ask) => {
-                    asking = err.redirect_node().map(|(addr, _)| addr.to_string());
-                }
-                ErrorKind::Server(ServerErrorKind::TryAgain) => tokio::time::sleep(pause(attempt)).await,
-                ErrorKind::Server(ServerErrorKind::ClusterDown | ServerErrorKind::MasterDown) => {
+                Reaction::Ask => asking = err.redirect_node().map(|(addr, _)| addr.to_string()),
+                Reaction::Wait => tokio::time::sleep(pause(attempt)).await,
+                Reaction::WaitAndRefresh => {
                     tokio::time::sleep(pause(attempt)).await;
                     let _ = self.refresh().await;
                 }
-                _ if is_connection_error(&err) => {
-                    tokio::time::sleep(pause(attempt)).await;
-                    let _ = self.refresh().await;
-                }
-                _ => return Err(err),
+                Reaction::GiveUp => return Err(err),
             }
         }
     }
@@ -341,6 +374,29 @@ mod tests {
         assert_eq!(slot(&redis::cmd("PING")), None);
         assert!(is_script_load(redis::cmd("SCRIPT").arg("LOAD").arg("return 1")));
         assert!(!is_script_load(redis::cmd("SCRIPT").arg("FLUSH")));
+    }
+
+    /// Every fail-over state leads to a pause, a refresh of the slot map
+    /// and another attempt (bounded by `ATTEMPTS`), never to an error
+    /// passed up while attempts remain.
+    #[test]
+    fn fail_over_states_refresh_and_retry() {
+        let server = |kind| redis::RedisError::from((ErrorKind::Server(kind), "from the server"));
+        for kind in [
+            ServerErrorKind::ReadOnly,
+            ServerErrorKind::BusyLoading,
+            ServerErrorKind::MasterDown,
+            ServerErrorKind::ClusterDown,
+        ] {
+            assert_eq!(reaction(&server(kind)), Reaction::WaitAndRefresh, "{kind:?}");
+        }
+        assert_eq!(reaction(&server(ServerErrorKind::TryAgain)), Reaction::Wait);
+        assert_eq!(reaction(&server(ServerErrorKind::Moved)), Reaction::Moved);
+        assert_eq!(reaction(&server(ServerErrorKind::Ask)), Reaction::Ask);
+        let reset = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert_eq!(reaction(&reset), Reaction::WaitAndRefresh);
+        assert_eq!(reaction(&server(ServerErrorKind::NoScript)), Reaction::GiveUp);
+        assert_eq!(reaction(&redis::RedisError::from((ErrorKind::Client, "bad"))), Reaction::GiveUp);
     }
 
     #[test]

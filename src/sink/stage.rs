@@ -15,41 +15,84 @@
 //! until that rename, then the new one whole: never a missing, partial
 //! or mixed key. Two round trips, whatever the key's size.
 //!
-//! - The fill starts with `UNLINK` of the stage, so sending it again after
-//!   a lost reply is safe; it ends by reading the stage's size back. A
-//!   stage that lost elements on the way (a restart or fail-over) is
-//!   never renamed: the write starts over on a new stage.
-//! - The rename fails (`no such key`) when the stage is gone: lost, or
-//!   already renamed by an attempt whose reply was lost. Either way the
-//!   key is whole, old or new; the write starts over.
+//! - The fill's first command replaces the stage with its first element
+//!   and gives it its TTL, in one script: sending the fill again after a
+//!   lost reply is safe, and no stage ever lives without a TTL, however
+//!   the fill is cut. The fill ends by reading the stage's size back; a
+//!   stage that lost elements on the way is never renamed.
+//! - The size is checked again inside the rename's own atomic step (a
+//!   size guard of the write script, see `cluster::WRITE_SCRIPT`): a stage
+//!   trimmed between the read-back and the rename (a fail-over to a
+//!   replica the whole fill had not reached, an AOF not yet synced, an
+//!   eviction) fails the step with `STAGELOST` before anything is
+//!   renamed. So does a stage that is gone: lost, or already renamed by
+//!   an attempt whose reply was lost. Either way the key is whole, old or
+//!   new, and the write starts over on a new stage.
 //! - A writer that dies mid-way leaves a stage no reader looks at; it
-//!   expires within [`STAGE_TTL`].
+//!   expires within [`STAGE_TTL`] of its first command.
 
 use super::{RedisConn, Sink, SinkError, cluster, pipeline};
 use crate::plan::{Change, Op, Value};
 use std::collections::HashSet;
 use std::ops::Range;
 
-/// Seconds a stage key lives after it was filled.
+/// Seconds a stage key lives after its first command.
 pub const STAGE_TTL: u64 = 300;
 
+/// Replaces `KEYS[1]` with a key holding only the elements in `ARGV[3..]`,
+/// added by the command `ARGV[1]`, and gives it `ARGV[2]` seconds to live.
+const START_SCRIPT: &str = "\
+redis.call('UNLINK', KEYS[1])
+redis.call(ARGV[1], KEYS[1], unpack(ARGV, 3))
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1";
+
 /// The pipeline that fills `stage` with `value`'s elements, one command
-/// per step, and replies with the stage's size (its only reply).
+/// per step, and replies with the stage's size (its only reply). The
+/// first element goes in by [`START_SCRIPT`], with the stage's TTL.
 pub fn fill(stage: &str, value: &Value, steps: &[Range<usize>]) -> redis::Pipeline {
     let mut pipe = redis::pipe();
-    pipe.cmd("UNLINK").arg(stage).ignore();
-    for step in steps {
-        pipeline::add_members(&mut pipe, stage, value, step.clone());
+    let mut start = redis::cmd("EVAL");
+    start.arg(START_SCRIPT).arg(1).arg(stage).arg(add_command(value)).arg(STAGE_TTL);
+    match value {
+        Value::String(_) => {}
+        Value::List(items) => drop(start.arg(items.first())),
+        Value::Set(members) => drop(start.arg(members.first())),
+        Value::Zset(members) => {
+            if let Some((score, member)) = members.first() {
+                start.arg(*score).arg(member);
+            }
+        }
     }
-    pipe.cmd("EXPIRE").arg(stage).arg(STAGE_TTL).ignore();
+    pipe.add_command(start).ignore();
+    for step in steps {
+        let rest = step.start.max(1)..step.end;
+        if !rest.is_empty() {
+            pipeline::add_members(&mut pipe, stage, value, rest);
+        }
+    }
     pipe.cmd(size_command(value)).arg(stage);
     pipe
 }
 
-/// Appends the last step: the stage becomes `key`, with `seconds` to live.
-pub fn add_swap(pipe: &mut redis::Pipeline, stage: &str, key: &str, seconds: u64) {
-    pipe.cmd("RENAME").arg(stage).arg(key).ignore();
-    pipe.cmd("EXPIRE").arg(key).arg(seconds).ignore();
+/// Appends the last step: the stage becomes `key`, with `seconds` to
+/// live, only if it still holds `value`'s elements, all checked and done
+/// in one atomic step (`STAGELOST` otherwise). A cluster cuts the
+/// commands into its slot's write script; on one node they go into one
+/// unfenced write script inside the fenced transaction.
+pub fn add_swap(pipe: &mut redis::Pipeline, stage: &str, key: &str, value: &Value, seconds: u64, on_cluster: bool) {
+    let mut swap = redis::pipe();
+    swap.cmd(cluster::SIZE_GUARD).arg(stage).arg(size_command(value)).arg(size(value));
+    swap.cmd("RENAME").arg(stage).arg(key);
+    swap.cmd("EXPIRE").arg(key).arg(seconds);
+    if on_cluster {
+        for cmd in swap.cmd_iter() {
+            pipe.add_command(cmd.clone()).ignore();
+        }
+    } else {
+        let commands: Vec<Vec<&[u8]>> = swap.cmd_iter().map(cluster::cmd_args).collect();
+        pipe.add_command(cluster::guarded_command(&commands)).ignore();
+    }
 }
 
 /// The size Redis reports for `value` once written: a list's length, a
@@ -63,6 +106,14 @@ pub fn size(value: &Value) -> usize {
     }
 }
 
+fn add_command(value: &Value) -> &'static str {
+    match value {
+        Value::List(_) => "RPUSH",
+        Value::Set(_) => "SADD",
+        Value::String(_) | Value::Zset(_) => "ZADD",
+    }
+}
+
 fn size_command(value: &Value) -> &'static str {
     match value {
         Value::List(_) => "LLEN",
@@ -71,9 +122,9 @@ fn size_command(value: &Value) -> &'static str {
     }
 }
 
-/// A rename refused because its stage is gone.
+/// A rename refused because its stage is gone or short.
 fn stage_gone(err: &SinkError) -> bool {
-    matches!(err, SinkError::Write { source, .. } if source.to_string().contains("no such key"))
+    matches!(err, SinkError::Write { source, .. } if source.to_string().contains("STAGELOST"))
 }
 
 impl Sink {
@@ -163,7 +214,8 @@ impl Sink {
             return Ok(false);
         }
         let seconds = pipeline::ttl_with_jitter(self.ttl.get(op.tier()), self.jitter, rand::random());
-        match self.send_with(|pipe| add_swap(pipe, stage, &op.key.text, seconds)).await {
+        let on_cluster = self.is_cluster();
+        match self.send_with(|pipe| add_swap(pipe, stage, &op.key.text, &op.value, seconds, on_cluster)).await {
             Ok(()) => Ok(true),
             Err(err) if stage_gone(&err) => Ok(false),
             Err(err) => Err(err),
@@ -177,32 +229,55 @@ mod tests {
     use crate::keys::Keys;
     use crate::registry::FamilyId;
 
-    fn packed(pipe: &redis::Pipeline) -> String {
-        String::from_utf8_lossy(&pipe.get_packed_pipeline()).replace("\r\n", " ")
+    /// Each command of `pipe` as its arguments joined by spaces, the
+    /// scripts named.
+    fn commands(pipe: &redis::Pipeline) -> Vec<String> {
+        pipe.cmd_iter()
+            .map(|cmd| {
+                let args: Vec<String> = cluster::cmd_args(cmd)
+                    .into_iter()
+                    .map(|arg| match std::str::from_utf8(arg).unwrap() {
+                        START_SCRIPT => "<start>".to_string(),
+                        cluster::WRITE_SCRIPT => "<write>".to_string(),
+                        text => text.to_string(),
+                    })
+                    .collect();
+                args.join(" ")
+            })
+            .collect()
     }
 
-    /// The fill starts the stage afresh (so sending it again is safe),
-    /// adds one bounded command per step and reads the size back.
+    /// The fill creates the stage with its first element and its TTL in
+    /// one step (so sending it again is safe and no stage lives without a
+    /// TTL), adds one bounded command per step and reads the size back.
     #[test]
-    fn the_fill_is_one_bounded_command_per_step() {
+    fn the_fill_starts_with_a_ttl_and_is_one_bounded_command_per_step() {
         let list = Value::List((0..5).map(|i| format!("v{i}")).collect());
-        let pipe = fill("s", &list, &[0..2, 2..5]);
         assert_eq!(
-            packed(&pipe),
-            "*2 $6 UNLINK $1 s *4 $5 RPUSH $1 s $2 v0 $2 v1 *5 $5 RPUSH $1 s $2 v2 $2 v3 $2 v4 \
-             *3 $6 EXPIRE $1 s $3 300 *2 $4 LLEN $1 s "
+            commands(&fill("s", &list, &[0..2, 2..5])),
+            ["EVAL <start> 1 s RPUSH 300 v0", "RPUSH s v1", "RPUSH s v2 v3 v4", "LLEN s"]
         );
         let zset = Value::Zset(vec![(7, "a".into()), (9, "b".into())]);
-        let pipe = fill("s", &zset, &[0..1, 1..2]);
-        assert!(packed(&pipe).contains("*4 $4 ZADD $1 s $1 7 $1 a *4 $4 ZADD $1 s $1 9 $1 b "));
-        assert!(packed(&pipe).ends_with("*2 $5 ZCARD $1 s "));
+        assert_eq!(
+            commands(&fill("s", &zset, &[0..1, 1..2])),
+            ["EVAL <start> 1 s ZADD 300 7 a", "ZADD s 9 b", "ZCARD s"]
+        );
+        let set = Value::Set(vec!["a".into(), "b".into()]);
+        assert_eq!(commands(&fill("s", &set, &[0..1, 1..2])), ["EVAL <start> 1 s SADD 300 a", "SADD s b", "SCARD s"]);
     }
 
+    /// The rename carries its size check: on a cluster as commands the
+    /// slot's write script runs, guards first; on one node as that script
+    /// itself, unfenced (the transaction around it is).
     #[test]
-    fn the_swap_renames_and_sets_the_ttl() {
+    fn the_swap_checks_the_size_renames_and_sets_the_ttl_in_one_step() {
+        let list = Value::List(vec!["a".into(), "b".into()]);
         let mut pipe = redis::pipe();
-        add_swap(&mut pipe, "s", "k", 7200);
-        assert_eq!(packed(&pipe), "*3 $6 RENAME $1 s $1 k *3 $6 EXPIRE $1 k $4 7200 ");
+        add_swap(&mut pipe, "s", "k", &list, 7200, true);
+        assert_eq!(commands(&pipe), ["SIZEIS s LLEN 2", "RENAME s k", "EXPIRE k 7200"]);
+        let mut pipe = redis::pipe();
+        add_swap(&mut pipe, "s", "k", &list, 7200, false);
+        assert_eq!(commands(&pipe), ["EVAL <write> 0  4 SIZEIS s LLEN 2 3 RENAME s k 3 EXPIRE k 7200"]);
     }
 
     #[test]

@@ -171,3 +171,73 @@ async fn the_least_privileged_user_rebuilds_and_verifies_on_a_cluster() {
     }
     assert!(cache_at_port_equals_a_fresh_rebuild(cluster.nodes[0].port, &cfg).await);
 }
+
+/// A dry run writes nothing, so the read permissions are enough for it;
+/// the real run under the same user stops before its first write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_needs_only_the_read_permissions() {
+    use cachewright::sink::{Access, acl::commands};
+    let name = common::unique("acldry");
+    let read = commands(Access::Read);
+    let writes: Vec<String> =
+        commands(Access::Write).into_iter().filter(|c| !read.contains(c)).map(|c| format!("+{c}")).collect();
+    let without: Vec<&str> = writes.iter().map(String::as_str).collect();
+    let redis = redis_with_user(&format!("{name}:"), &format!("cw-{name}:"), &without);
+    let cfg = config_as_user(&redis, &name);
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+
+    let out = cli(&cfg, &["rebuild", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "dry run: {}", String::from_utf8_lossy(&out.stderr));
+    let out = cli(&cfg, &["rebuild"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("lacks permissions") && err.contains("SET"), "{err}");
+    let admin = format!("redis://127.0.0.1:{}", redis.port);
+    assert!(common::dump(&admin, &cfg.prefix).await.is_empty(), "nothing may be written");
+}
+
+/// Under `maxmemory-policy allkeys-lru` Redis may evict the lease, the
+/// epoch and the watcher's records, which carry no TTL: a writer refuses
+/// to start, saying why and what to change, and writes nothing. The
+/// override lets it through, and the rebuild is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_policy_that_may_evict_any_key_is_refused_unless_allowed() {
+    let name = common::unique("evict");
+    let redis = Redis::start_with(["--maxmemory-policy", "allkeys-lru"].map(String::from).to_vec());
+    let cfg = common::config(&common::shared().mongo.uri(), &redis.url(), &name);
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    let run = |allow: Option<&str>| {
+        let mut cmd = common::cachewright(&cfg);
+        cmd.arg("rebuild").stderr(std::process::Stdio::piped());
+        if let Some(allow) = allow {
+            cmd.env("CACHEWRIGHT_ALLOW_EVICTION", allow);
+        }
+        cmd.output().expect("run cachewright")
+    };
+
+    for allow in [None, Some("false")] {
+        let out = run(allow);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("maxmemory-policy allkeys-lru") && err.contains("CACHEWRIGHT_ALLOW_EVICTION=true"),
+            "{err}"
+        );
+        assert!(common::dump(&redis.url(), &cfg.prefix).await.is_empty(), "nothing may be written");
+        assert!(common::dump(&redis.url(), &cfg.status_prefix).await.is_empty(), "no control record either");
+    }
+    // Reading is not refused: verify runs and reports the empty cache.
+    let out = common::cachewright(&cfg)
+        .arg("verify")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run cachewright");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stdout.contains("missing") && !stderr.contains("maxmemory"), "{stdout}{stderr}");
+
+    let out = run(Some("true"));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(cache_equals_a_fresh_rebuild(&redis, &cfg).await);
+}

@@ -246,7 +246,10 @@ async fn every_command_works_on_a_cluster() {
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = {
-        let cfg = cfg.clone();
+        // TTLs that outlive the daily schedule's gap.
+        let day = 864_000;
+        let ttl = cachewright::config::TierSeconds { count: day, index: day, detail: day, catalog: day };
+        let cfg = cachewright::config::Config { ttl, ..cfg.clone() };
         let opts = cachewright::serve::ServeOptions {
             // A full rebuild every half hour, within every tier TTL.
             schedules: cachewright::serve::schedule::parse(
@@ -473,4 +476,105 @@ async fn a_fail_over_to_a_replica_mid_rebuild_is_detected_and_the_run_redone() {
         "the old master came back as a replica"
     );
     assert_exact(&cfg).await;
+}
+
+/// A cluster whose nodes announce IPv6 addresses (`CLUSTER SLOTS` and
+/// `MOVED` name `::1`): every address is bracketed where it is made, so
+/// the router reaches each master, and the rebuild is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_announcing_ipv6_addresses_is_followed() {
+    let _serial = SERIAL.lock().await;
+    let ipv6 = ["--bind", "127.0.0.1 -::1", "--cluster-announce-ip", "::1"].map(String::from).to_vec();
+    let cluster = tokio::task::block_in_place(|| common::servers::RedisCluster::start_with(ipv6));
+    let masters = common::cluster_masters(&cluster.url()).await.expect("a cluster");
+    assert!(masters.iter().all(|m| m.starts_with("[::1]:")), "{masters:?}");
+    let cfg = common::config(&common::shared().mongo.uri(), &cluster.url(), &common::unique("ipv6"));
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.expect("rebuild over IPv6 addresses");
+    assert_exact(&cfg).await;
+    // The seed may be given as IPv6 too, with brackets.
+    let port = cluster.nodes[1].port;
+    let seeded = cachewright::config::Config { redis_url: format!("redis://[::1]:{port}"), ..cfg.clone() };
+    let out = common::cachewright(&seeded).arg("verify").output().expect("run cachewright");
+    assert_eq!(out.status.code(), Some(0), "verify through an IPv6 seed");
+}
+
+/// `REDIS_URL` names a replica that is down; the other nodes are given
+/// as seeds. Every start (the connection, the permission and eviction
+/// checks, the lease, the epoch copies) goes through any seed that
+/// answers: `rebuild`, `verify` and `serve` start, and the cache is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_url_down_every_command_starts_from_the_other_seeds() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = tokio::task::block_in_place(common::servers::RedisCluster::start_with_replicas);
+    let replica = tokio::task::block_in_place(|| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let found = cluster.nodes.iter().position(|n| replication(&cluster, n.port).contains("role:slave"));
+            if let Some(found) = found {
+                break found;
+            }
+            assert!(std::time::Instant::now() < deadline, "no replica within 60 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let live = cluster.nodes.iter().enumerate().find(|(i, _)| *i != replica).map(|(_, n)| n.url()).unwrap();
+    let mut cfg =
+        common::config(&common::shared().mongo.uri(), &cluster.nodes[replica].url(), &common::unique("seeds"));
+    cfg.redis_cluster_nodes = cluster
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != replica)
+        .map(|(_, n)| format!("127.0.0.1:{}", n.port))
+        .collect();
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    tokio::task::block_in_place(|| cluster.nodes[replica].stop());
+
+    rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.expect("rebuild starts from another seed");
+    assert_exact(&cachewright::config::Config { redis_url: live.clone(), ..cfg.clone() }).await;
+
+    let out = common::cachewright(&cfg)
+        .arg("verify")
+        .env("REDIS_CLUSTER_NODES", cfg.redis_cluster_nodes.join(","))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run cachewright");
+    assert_eq!(out.status.code(), Some(0), "verify: {}", String::from_utf8_lossy(&out.stderr));
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let opts = cachewright::serve::ServeOptions {
+        schedules: cachewright::serve::schedule::parse(
+            "[[schedule]]\nname = \"daily\"\ncron = \"0 0 3 * * *\"\njob = \"rebuild\"\n",
+        )
+        .unwrap(),
+        watch: true,
+        window: Duration::from_millis(50),
+        http: Default::default(),
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = {
+        // TTLs that outlive the daily schedule's gap.
+        let day = 864_000;
+        let ttl = cachewright::config::TierSeconds { count: day, index: day, detail: day, catalog: day };
+        let cfg = cachewright::config::Config { ttl, ..cfg.clone() };
+        tokio::spawn(async move {
+            cachewright::serve::run(&cfg, opts, listener, async {
+                let _ = stopped.await;
+            })
+            .await
+        })
+    };
+    let ready = common::wait_for("serve to be ready through another seed", Duration::from_secs(60), || async {
+        common::http_get(addr, "/health/ready").await.0 == 200
+    });
+    let mut server = server;
+    tokio::select! {
+        stopped = &mut server => panic!("serve stopped before it was ready: {stopped:?}"),
+        () = ready => {}
+    }
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(60), server).await.expect("serve stops").unwrap().expect("clean stop");
+    assert_exact(&cachewright::config::Config { redis_url: live, ..cfg.clone() }).await;
 }

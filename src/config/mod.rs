@@ -122,6 +122,8 @@ pub struct Config {
     pub sweep_max_share: f64,
     /// Under `serve`, the watcher lag above which `/health` answers 503.
     pub watch_max_lag_seconds: u64,
+    /// Write even under an `allkeys-*` eviction policy (see `sink::acl`).
+    pub redis_allow_eviction: bool,
 }
 
 impl std::fmt::Debug for Config {
@@ -146,13 +148,8 @@ fn secret_param(name: &str) -> bool {
     ["pass", "secret", "token", "authmechanismproperties"].iter().any(|s| name.contains(s))
 }
 
-/// Hides the secrets of a connection string: the whole user-info but the
-/// user name (`scheme://user:***@host`), whatever characters the password
-/// holds (`/`, `@`, `:`, `?` included: everything up to the last `@` is
-/// user-info), and the value of the first secret query parameter with
-/// everything after it (`?db=0&pass=***`).
-/// Works on malformed strings too, erring on the side of hiding more.
-/// Parses `host:port,host:port` (blank: none).
+/// Parses `host:port,host:port` (blank: none); an IPv6 host may come
+/// with or without brackets (`[::1]:7000`, `::1:7000`).
 fn cluster_nodes(text: &str) -> Result<Vec<String>, ConfigError> {
     let mut nodes = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -171,6 +168,12 @@ fn cluster_nodes(text: &str) -> Result<Vec<String>, ConfigError> {
     Ok(nodes)
 }
 
+/// Hides the secrets of a connection string: the whole user-info but the
+/// user name (`scheme://user:***@host`), whatever characters the password
+/// holds (`/`, `@`, `:`, `?` included: everything up to the last `@` is
+/// user-info), and the value of the first secret query parameter with
+/// everything after it (`?db=0&pass=***`).
+/// Works on malformed strings too, erring on the side of hiding more.
 pub fn redact_url(url: &str) -> String {
     let url = hide_secret_params(url);
     let scheme_end = url.find("://").map(|i| i + 3).unwrap_or(0);
@@ -415,6 +418,7 @@ impl Config {
             redis_db: raw.redis_db,
             redis_tls,
             redis_cluster: raw.redis_cluster,
+            redis_allow_eviction: raw.redis_allow_eviction.unwrap_or(false),
             redis_cluster_nodes,
             prefix,
             status_prefix,

@@ -248,6 +248,11 @@ settings! {
         env: "REDIS_CLUSTER", key: "redis_cluster", default: "", shown: "detected (INFO cluster_enabled)",
         help: "Redis Cluster mode: true or false overrides the detection", hint: "use true or false",
     }
+    redis_allow_eviction: bool {
+        env: "CACHEWRIGHT_ALLOW_EVICTION", key: "redis_allow_eviction", default: "false", shown: "",
+        help: "Write even when Redis may evict any key (maxmemory-policy allkeys-*), which can evict the lease, epoch and pending records",
+        hint: "use true or false",
+    }
     redis_cluster_nodes: String {
         env: "REDIS_CLUSTER_NODES", key: "redis_cluster_nodes", default: "", shown: "",
         help: "More cluster seed nodes as host:port,host:port (REDIS_URL's scheme, user and password)",

@@ -218,7 +218,10 @@ pub async fn read_catalog(
 /// Every batch, sweep deletion and status write is fenced by the lease's
 /// epoch. A dry run takes no lease and writes nothing.
 pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -> Result<RunSummary, RunError> {
-    let sink = Sink::connect_for(cfg, crate::sink::Access::Write).await?;
+    // A dry run reads Redis (the sweep's scan) but writes nothing, so a
+    // read-only user may run it.
+    let access = if opts.dry_run { crate::sink::Access::Read } else { crate::sink::Access::Write };
+    let sink = Sink::connect_for(cfg, access).await?;
     if opts.dry_run {
         return run_pipeline(cfg, opts, progress, &sink).await;
     }

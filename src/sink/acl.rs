@@ -173,14 +173,6 @@ impl Sink {
     /// without executing anything. On a refusal, names each denied
     /// command and how to grant it.
     pub async fn check_access(&self, cfg: &Config, access: Access) -> Result<(), SinkError> {
-        // One node, even on a cluster: the transaction must stay on one
-        // connection, and Redis checks permissions before it redirects a
-        // key of another master (that reply is `MOVED`, not a refusal).
-        let mut conn = self
-            .node_client()
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(|source| SinkError::Scan { attempts: 1, source })?;
         let probes = probes(cfg, access);
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
@@ -189,7 +181,7 @@ impl Sink {
             pipe.cmd(&probe.args[0]).arg(&probe.args[1..]);
         }
         pipe.cmd("DISCARD");
-        let replies: Vec<redis::Value> = match pipe.query_async(&mut conn).await {
+        let replies = match self.query_one_node(&pipe).await {
             Ok(replies) => replies,
             Err(source) => {
                 if let Some(reason) = refusal(&source) {
@@ -209,6 +201,65 @@ impl Sink {
             }
         }
         if denied.is_empty() { Ok(()) } else { Err(SinkError::Permission { denied, grant: grant_hint(cfg) }) }
+    }
+}
+
+impl Sink {
+    /// Refuses to write where Redis may evict any key under memory
+    /// pressure (`maxmemory-policy allkeys-*`, on any master): the lease,
+    /// the fencing epoch, the watcher's tokens and pending record carry no
+    /// TTL, and losing one silently (a second writer, a skipped replay)
+    /// leaves the cache wrong. `noeviction` and the `volatile-*` policies
+    /// only ever evict keys with a TTL: cache keys, which readers miss
+    /// and the next write restores. With `allow`, warns instead.
+    pub async fn check_eviction(&self, allow: bool) -> Result<(), SinkError> {
+        let infos: Vec<(String, String)> = match &self.conn {
+            super::RedisConn::Cluster(router) => {
+                let masters = router.masters();
+                let infos = self.text_of_each(&masters, redis::cmd("INFO").arg("memory")).await?;
+                masters.into_iter().zip(infos).collect()
+            }
+            super::RedisConn::Single(_) => {
+                let info = self.info_field("memory", "maxmemory_policy").await?.unwrap_or_default();
+                let node = self.client.get_connection_info().addr().to_string();
+                vec![(node, format!("maxmemory_policy:{info}"))]
+            }
+        };
+        for (node, info) in infos {
+            let Some(policy) = super::info_value(&info, "maxmemory_policy") else { continue };
+            if !policy.starts_with("allkeys-") {
+                continue;
+            }
+            if allow {
+                tracing::warn!(%node, policy, "Redis may evict cachewright's control records (CACHEWRIGHT_ALLOW_EVICTION=true)");
+                continue;
+            }
+            return Err(SinkError::Eviction { node, policy: policy.to_string() });
+        }
+        Ok(())
+    }
+}
+
+impl Sink {
+    /// Sends `pipe` on one connection to one node: `REDIS_URL`'s on one
+    /// Redis; on a cluster the first master that answers, so a start does
+    /// not depend on the one seed `REDIS_URL` names (the probe's
+    /// transaction must stay on one connection, and Redis checks
+    /// permissions before it redirects a key of another master: that
+    /// reply is `MOVED`, not a refusal).
+    async fn query_one_node(&self, pipe: &redis::Pipeline) -> redis::RedisResult<Vec<redis::Value>> {
+        let super::RedisConn::Cluster(router) = &self.conn else {
+            let mut conn = self.node_client().get_multiplexed_async_connection().await?;
+            return pipe.query_async(&mut conn).await;
+        };
+        let mut last = None;
+        for master in router.masters() {
+            match router.pipeline_on_node(&master, pipe).await {
+                Ok(replies) => return Ok(replies),
+                Err(err) => last = Some(err),
+            }
+        }
+        Err(last.unwrap_or_else(|| (redis::ErrorKind::Io, "no cluster master answered").into()))
     }
 }
 

@@ -394,6 +394,31 @@ pub struct Layout {
     pub ranges: Vec<String>,
 }
 
+/// `host:port`, with an IPv6 host in brackets (`[::1]:7000`), as a
+/// `redis://` URL and a socket address need it. A host given in brackets
+/// already keeps them.
+pub fn node_addr(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
+}
+
+/// A node address as Redis writes it in a redirection (`MOVED 3999
+/// ::1:7001`: an IPv6 host without brackets), as [`node_addr`] writes it.
+pub fn redirect_addr(addr: &str) -> String {
+    match addr.rsplit_once(':') {
+        Some((host, port)) if host.contains(':') => match port.parse() {
+            Ok(port) => node_addr(host, port),
+            Err(_) => addr.to_string(),
+        },
+        _ => addr.to_string(),
+    }
+}
+
+/// The host of a `host:port` address, without an IPv6 host's brackets.
+pub fn addr_host(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or("", |(host, _)| host);
+    host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host)
+}
+
 /// The ranges of a `CLUSTER SLOTS` reply: `(start, end, "host:port")` of
 /// each range's master; a master without a reported host is reached at
 /// `default_host`, the node that answered.
@@ -407,8 +432,8 @@ pub fn slot_ranges(reply: &redis::Value, default_host: &str) -> Option<Vec<(u16,
         let redis::Value::Array(master) = fields.get(2)? else { return None };
         let host: String = redis::from_redis_value(master.first()?.clone()).ok()?;
         let port: u16 = redis::from_redis_value(master.get(1)?.clone()).ok()?;
-        let host = if host.is_empty() || host == "?" { default_host.to_string() } else { host };
-        out.push((start, end, format!("{host}:{port}")));
+        let host = if host.is_empty() || host == "?" { default_host } else { &host };
+        out.push((start, end, node_addr(host, port)));
     }
     Some(out)
 }
@@ -439,6 +464,41 @@ pub fn moving_slots(cluster_nodes: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// IPv6 nodes get brackets wherever an address is made, so that
+    /// `redis://{addr}` parses; IPv4 and names are left alone.
+    #[test]
+    fn ipv6_addresses_are_bracketed() {
+        use redis::IntoConnectionInfo;
+        assert_eq!(node_addr("::1", 7000), "[::1]:7000");
+        assert_eq!(node_addr("[::1]", 7000), "[::1]:7000");
+        assert_eq!(node_addr("10.0.0.1", 7000), "10.0.0.1:7000");
+        assert_eq!(node_addr("redis-a.internal", 7000), "redis-a.internal:7000");
+        assert_eq!(redirect_addr("::1:7001"), "[::1]:7001");
+        assert_eq!(redirect_addr("fe80::2:7001"), "[fe80::2]:7001");
+        assert_eq!(redirect_addr("[::1]:7001"), "[::1]:7001");
+        assert_eq!(redirect_addr("127.0.0.1:7001"), "127.0.0.1:7001");
+        assert_eq!(addr_host("[::1]:7001"), "::1");
+        assert_eq!(addr_host("127.0.0.1:7001"), "127.0.0.1");
+        let info = format!("redis://{}", node_addr("::1", 7000)).into_connection_info().unwrap();
+        assert!(matches!(info.addr(), redis::ConnectionAddr::Tcp(host, 7000) if host == "::1"), "{:?}", info.addr());
+        // A CLUSTER SLOTS reply naming an IPv6 master.
+        let node = |host: &str, port: i64| {
+            redis::Value::Array(vec![redis::Value::BulkString(host.as_bytes().to_vec()), redis::Value::Int(port)])
+        };
+        let reply = redis::Value::Array(vec![redis::Value::Array(vec![
+            redis::Value::Int(0),
+            redis::Value::Int(16383),
+            node("::1", 7000),
+        ])]);
+        assert_eq!(slot_ranges(&reply, "::1").unwrap(), [(0, 16383, "[::1]:7000".to_string())]);
+        let reply = redis::Value::Array(vec![redis::Value::Array(vec![
+            redis::Value::Int(0),
+            redis::Value::Int(16383),
+            node("", 7000),
+        ])]);
+        assert_eq!(slot_ranges(&reply, "::1").unwrap(), [(0, 16383, "[::1]:7000".to_string())]);
+    }
 
     #[test]
     fn slots_match_redis() {

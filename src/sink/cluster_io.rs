@@ -339,7 +339,7 @@ impl Sink {
     }
 
     /// The text reply of `cmd` from each of `nodes`, asked in parallel.
-    async fn text_of_each(&self, nodes: &[String], cmd: &redis::Cmd) -> Result<Vec<String>, SinkError> {
+    pub(super) async fn text_of_each(&self, nodes: &[String], cmd: &redis::Cmd) -> Result<Vec<String>, SinkError> {
         let replies = futures::future::join_all(
             nodes.iter().map(|node| async { parse::<String>(self.on_node(node, cmd).await.map_err(read_err)?) }),
         )

@@ -36,6 +36,13 @@ use std::time::Duration;
 pub enum SinkError {
     #[error("the Redis user lacks permissions this command needs, so nothing was written: {}; {grant}", denied.join("; "))]
     Permission { denied: Vec<String>, grant: String },
+    #[error(
+        "Redis at {node} may evict any key when memory runs short (maxmemory-policy {policy}), cachewright's lease, \
+         epoch and pending records included, which would leave the cache silently wrong; set maxmemory-policy to \
+         noeviction or a volatile-* policy (every cache key carries a TTL), or set CACHEWRIGHT_ALLOW_EVICTION=true \
+         to accept the risk"
+    )]
+    Eviction { node: String, policy: String },
     #[error("{0}")]
     Cluster(String),
     #[error("cannot read {what} file {path}: {reason} (it must be a readable PEM file)")]
@@ -95,7 +102,8 @@ impl SinkError {
             | SinkError::Stopped
             | SinkError::TlsFile { .. }
             | SinkError::Cluster(_)
-            | SinkError::Permission { .. } => false,
+            | SinkError::Permission { .. }
+            | SinkError::Eviction { .. } => false,
         }
     }
 }
@@ -285,10 +293,14 @@ impl Sink {
     }
 
     /// Connects, then checks that the user may do what `access` needs
-    /// (see [`acl`]), before the caller writes anything.
+    /// and, for writers, that Redis will not evict control records (see
+    /// [`acl`]), before the caller writes anything.
     pub async fn connect_for(cfg: &Config, access: Access) -> Result<Sink, SinkError> {
         let sink = Sink::connect(cfg).await?;
         sink.check_access(cfg, access).await?;
+        if access == Access::Write {
+            sink.check_eviction(cfg.redis_allow_eviction).await?;
+        }
         Ok(sink)
     }
 

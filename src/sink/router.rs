@@ -158,15 +158,17 @@ impl Router {
         self.conns.lock().unwrap_or_else(|e| e.into_inner()).remove(addr);
     }
 
-    /// The address of the seed node (`REDIS_URL`'s host and port).
+    /// The seed nodes: `REDIS_URL`'s host and port, then
+    /// `REDIS_CLUSTER_NODES`.
     fn seed_addrs(&self) -> Vec<String> {
         let first = match self.template.addr() {
             redis::ConnectionAddr::Tcp(host, port) | redis::ConnectionAddr::TcpTls { host, port, .. } => {
-                format!("{host}:{port}")
+                cluster::node_addr(host, *port)
             }
             _ => String::new(),
         };
-        std::iter::once(first).chain(self.seeds.iter().cloned()).filter(|a| !a.is_empty()).collect()
+        let seeds = self.seeds.iter().map(|seed| cluster::redirect_addr(seed));
+        std::iter::once(first).chain(seeds).filter(|a| !a.is_empty()).collect()
     }
 
     /// Reads the slot map from the first node that answers: the masters
@@ -187,8 +189,7 @@ impl Router {
             };
             match reply {
                 Ok(reply) => {
-                    let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or("");
-                    let Some(ranges) = cluster::slot_ranges(&reply, host) else { continue };
+                    let Some(ranges) = cluster::slot_ranges(&reply, cluster::addr_host(&addr)) else { continue };
                     let mut map = SlotMap { nodes: Vec::new(), owners: vec![None; cluster::SLOTS] };
                     for (start, end, node) in ranges {
                         let index = match map.nodes.iter().position(|n| *n == node) {
@@ -309,11 +310,11 @@ impl Router {
             match reaction(&err) {
                 Reaction::Moved => {
                     if let Some((addr, moved)) = err.redirect_node() {
-                        self.set_owner(moved, addr);
+                        self.set_owner(moved, &cluster::redirect_addr(addr));
                     }
                     let _ = self.refresh().await;
                 }
-                Reaction::Ask => asking = err.redirect_node().map(|(addr, _)| addr.to_string()),
+                Reaction::Ask => asking = err.redirect_node().map(|(addr, _)| cluster::redirect_addr(addr)),
                 Reaction::Wait => tokio::time::sleep(pause(attempt)).await,
                 Reaction::WaitAndRefresh => {
                     tokio::time::sleep(pause(attempt)).await;

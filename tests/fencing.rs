@@ -274,3 +274,111 @@ async fn a_fenced_write_after_a_cut_does_not_retry_through_dead_pooled_connectio
     assert_eq!(get(&s.redis.url(), &key).await.as_deref(), Some("99"));
     lease.release().await;
 }
+
+/// An acquisition whose reply was lost took the lease already; sent again
+/// under the same holder token (as `acquire_waiting` and the cluster
+/// router do), it finds the lease its own and answers the same epoch,
+/// instead of waiting out its own lease. Another holder is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_sent_again_finds_the_lease_its_own() {
+    let s = common::shared();
+    let name = common::unique("reacquire");
+    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    let keys = cachewright::keys::status::StatusKeys::new(cfg.status_prefix.clone());
+    let conn = common::redis_conn(&s.redis.url()).await;
+    let ttl = Duration::from_secs(60);
+    let first = Lease::acquire_as(conn.clone(), &keys, ttl, "host/pid-1/a".into()).await.expect("free lease");
+    let again = Lease::acquire_as(conn.clone(), &keys, ttl, "host/pid-1/a".into()).await.expect("its own lease");
+    assert_eq!(again.fence().epoch(), first.fence().epoch(), "the epoch the first attempt set");
+    let other = Lease::acquire_as(conn.clone(), &keys, ttl, "host/pid-2/b".into()).await;
+    assert!(
+        matches!(&other, Err(cachewright::sink::LeaseError::Held { holder, .. }) if holder == "host/pid-1/a"),
+        "{:?}",
+        other.as_ref().map(|_| ())
+    );
+    // Both handles stand for one lease: the first releases it (the
+    // second's renewer then finds it gone and stops).
+    std::mem::forget(again);
+    first.release().await;
+    assert_eq!(get(&s.redis.url(), &keys.rebuild_lock()).await, None);
+}
+
+/// A writer that knows it lost its lease (here: not renewed for a whole
+/// TTL while the proxy stalled) does not fill a stage for a big key: the
+/// fill could never be renamed. It stops with `LeaseLost`, and Redis got
+/// no stage and no element.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_lost_its_lease_fills_no_stage() {
+    use cachewright::plan::{Op, Value};
+    use cachewright::registry::FamilyId;
+    let s = common::shared();
+    // A private Redis: the command counts below are this test's alone.
+    let redis = common::servers::Redis::start();
+    let proxy = Proxy::start(redis.port).await;
+    let name = common::unique("lostfill");
+    let mut cfg = common::config(&s.mongo.uri(), &proxy.redis_url(), &name);
+    cfg.write_batch_cost = 20_000;
+    let keys = cachewright::keys::status::StatusKeys::new(cfg.status_prefix.clone());
+    let sink = cachewright::sink::Sink::connect(&cfg).await.unwrap();
+    let lease = Lease::acquire(sink.connection(), &keys, Duration::from_secs(1)).await.unwrap();
+    let fenced = sink.clone().fenced(lease.fence()).await.unwrap();
+    proxy.stall();
+    wait_until(10, "the holder counts its lease lost", || async { !lease.fence().is_valid() }).await;
+    proxy.resume();
+    let before = common::command_calls(&redis.url(), "rpush").await;
+    let key = cachewright::keys::Keys::new(cfg.prefix.clone()).key(FamilyId::VideoCategoryList, &["c1"]);
+    let big = Op { key: key.clone(), value: Value::List((0..3000).map(|i| format!("v{i:04}")).collect()) };
+    let err = fenced.write(&[big]).await.expect_err("a lost lease writes nothing");
+    assert!(matches!(err, cachewright::sink::SinkError::LeaseLost), "{err}");
+    assert_eq!(common::command_calls(&redis.url(), "rpush").await, before, "no element was sent");
+    assert_eq!(common::count_keys(&redis.url(), &format!("{}stage:*", cfg.status_prefix)).await, 0);
+    assert_eq!(get(&redis.url(), &key.text).await, None);
+}
+
+/// A write that timed out may still land later, after its own retry and
+/// after newer writes, and fencing orders epochs, not the writes of one
+/// epoch. So the writer raises its own epoch before it sends the write
+/// again: the proxy holds one transaction past its timeout, the retry and
+/// a newer write land, then the held copy is delivered, and Redis refuses
+/// it (its `WATCH` saw the epoch move). The key keeps the newer value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_delivered_after_its_timeout_and_retry_is_refused() {
+    use cachewright::plan::{Op, Value};
+    use cachewright::registry::FamilyId;
+    let s = common::shared();
+    let redis = common::servers::Redis::start();
+    let proxy = Proxy::start(redis.port).await;
+    let name = common::unique("late");
+    let mut cfg = common::config(&s.mongo.uri(), &proxy.redis_url(), &name);
+    cfg.redis_timeout_seconds = 1;
+    let keys = cachewright::keys::status::StatusKeys::new(cfg.status_prefix.clone());
+    let sink = cachewright::sink::Sink::connect(&cfg).await.unwrap();
+    let lease = Lease::acquire(sink.connection(), &keys, Duration::from_secs(60)).await.unwrap();
+    let epoch = lease.fence().epoch();
+    let fenced = sink.clone().fenced(lease.fence()).await.unwrap();
+    let key = cachewright::keys::Keys::new(cfg.prefix.clone()).key(FamilyId::VideoDetail, &["v1"]);
+    let put = |value: &str| Op { key: key.clone(), value: Value::String(value.to_string()) };
+    fenced.write(&[put("{\"v\":\"warm\"}")]).await.expect("a first write arms a pooled connection");
+
+    proxy.hold_on(b"late-copy");
+    let first = {
+        let (fenced, op) = (fenced.clone(), put("{\"v\":\"late-copy\"}"));
+        tokio::spawn(async move { fenced.write(&[op]).await })
+    };
+    proxy.wait_held().await;
+    first.await.unwrap().expect("the write times out, and its retry under a raised epoch lands");
+    assert_eq!(lease.fence().epoch(), epoch + 1, "the writer raised its own epoch before the retry");
+    assert_eq!(get(&redis.url(), &keys.epoch()).await, Some((epoch + 1).to_string()));
+    fenced.write(&[put("{\"v\":\"newer\"}")]).await.expect("a newer write under the raised epoch");
+
+    let execs = common::command_calls(&redis.url(), "exec").await;
+    proxy.release_held();
+    common::wait_for("the held transaction to reach Redis", Duration::from_secs(10), || async {
+        common::command_calls(&redis.url(), "exec").await > execs
+    })
+    .await;
+    assert_eq!(get(&redis.url(), &key.text).await.as_deref(), Some("{\"v\":\"newer\"}"), "the late copy landed");
+    assert!(lease.fence().is_valid(), "raising its own epoch is not a take-over");
+    fenced.write(&[put("{\"v\":\"after\"}")]).await.expect("the writer goes on");
+    lease.release().await;
+}

@@ -122,6 +122,8 @@ pub struct Config {
     pub sweep_max_share: f64,
     /// Under `serve`, the watcher lag above which `/health` answers 503.
     pub watch_max_lag_seconds: u64,
+    /// How long a Redis request on one node may go unanswered.
+    pub redis_timeout_seconds: u64,
     /// Write even under an `allkeys-*` eviction policy (see `sink::acl`).
     pub redis_allow_eviction: bool,
 }
@@ -419,6 +421,7 @@ impl Config {
             redis_tls,
             redis_cluster: raw.redis_cluster,
             redis_allow_eviction: raw.redis_allow_eviction.unwrap_or(false),
+            redis_timeout_seconds: positive(raw.redis_timeout_seconds, "CACHEWRIGHT_REDIS_TIMEOUT_SECONDS")?,
             redis_cluster_nodes,
             prefix,
             status_prefix,

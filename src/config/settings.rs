@@ -248,6 +248,11 @@ settings! {
         env: "REDIS_CLUSTER", key: "redis_cluster", default: "", shown: "detected (INFO cluster_enabled)",
         help: "Redis Cluster mode: true or false overrides the detection", hint: "use true or false",
     }
+    redis_timeout_seconds: u64 {
+        env: "CACHEWRIGHT_REDIS_TIMEOUT_SECONDS", key: "redis_timeout_seconds", default: "60", shown: "",
+        help: "How long a Redis write may go unanswered before it counts as lost; it is then sent again under a raised fencing epoch, so a late copy is refused",
+        hint: "use whole seconds such as 60",
+    }
     redis_allow_eviction: bool {
         env: "CACHEWRIGHT_ALLOW_EVICTION", key: "redis_allow_eviction", default: "false", shown: "",
         help: "Write even when Redis may evict any key (maxmemory-policy allkeys-*), which can evict the lease, epoch and pending records",

@@ -109,11 +109,15 @@ impl Sink {
     /// `TRYAGAIN`, a lost epoch copy, a fence) or it was lost with a
     /// connection; the caller then sends it again on its own, following
     /// the cluster.
+    ///
+    /// The flag says whether any pipeline failed in a way that leaves its
+    /// fate unknown (timed out, or its connection broke after sending):
+    /// it may still run later.
     async fn per_master_pipelines<T>(
         &self,
         by_master: Vec<(String, Vec<T>)>,
         command: impl Fn(&T) -> redis::Cmd,
-    ) -> Vec<(T, Option<redis::Value>)> {
+    ) -> (Vec<(T, Option<redis::Value>)>, bool) {
         let RedisConn::Cluster(router) = &self.conn else { unreachable!("per-master pipelines on a single Redis") };
         let command = &command;
         let sent = by_master.into_iter().map(|(addr, items)| async move {
@@ -123,21 +127,31 @@ impl Sink {
                 pipe.add_command(command(item));
             }
             match router.pipeline_on_node(&addr, &pipe).await {
-                Ok(replies) if replies.len() == items.len() => items
-                    .into_iter()
-                    .zip(replies)
-                    .map(|(item, reply)| match reply {
-                        redis::Value::ServerError(err) => {
-                            tracing::debug!(node = %addr, error = ?err, "a master refused a write; sent again on its own");
-                            (item, None)
-                        }
-                        reply => (item, Some(reply)),
-                    })
-                    .collect::<Vec<_>>(),
-                _ => items.into_iter().map(|item| (item, None)).collect(),
+                Ok(replies) if replies.len() == items.len() => (
+                    items
+                        .into_iter()
+                        .zip(replies)
+                        .map(|(item, reply)| match reply {
+                            redis::Value::ServerError(err) => {
+                                tracing::debug!(node = %addr, error = ?err, "a master refused a write; sent again on its own");
+                                (item, None)
+                            }
+                            reply => (item, Some(reply)),
+                        })
+                        .collect::<Vec<_>>(),
+                    false,
+                ),
+                Ok(_) => (items.into_iter().map(|item| (item, None)).collect(), true),
+                Err(err) => (items.into_iter().map(|item| (item, None)).collect(), super::is_ambiguous(&err)),
             }
         });
-        futures::future::join_all(sent).await.into_iter().flatten().collect()
+        let mut ambiguous = false;
+        let mut out = Vec::new();
+        for (items, unknown) in futures::future::join_all(sent).await {
+            out.extend(items);
+            ambiguous |= unknown;
+        }
+        (out, ambiguous)
     }
 
     /// Writes an atomic pipeline on a cluster: cut by slot, and each
@@ -155,13 +169,20 @@ impl Sink {
             return Err(SinkError::LeaseLost);
         }
         let (by_master, mut left) = router.by_master(split.parts, |part| part.slot);
-        let epoch = self.fence.as_ref().map(|f| f.epoch);
+        let epoch = self.fence.as_ref().map(Fence::epoch);
         let groups = by_master.into_iter().map(|(addr, parts)| (addr, cluster::bounded_groups(parts))).collect();
-        let sent = self.per_master_pipelines(groups, |parts| cluster::group_command(&self.status_prefix, epoch, parts));
-        for (parts, reply) in sent.await {
+        let (sent, ambiguous) =
+            self.per_master_pipelines(groups, |parts| cluster::group_command(&self.status_prefix, epoch, parts)).await;
+        for (parts, reply) in sent {
             if reply.is_none() {
                 left.extend(parts);
             }
+        }
+        // A group that may still land later must not land after the parts
+        // sent again below (or newer batches): the writer raises its epoch
+        // first, so the late copy is refused.
+        if ambiguous && let (Some(fence), Some(epoch)) = (&self.fence, epoch) {
+            self.raise_own_epoch(fence, epoch).await?;
         }
         // The futures are made by an iterator, not a stream's `map`: a
         // closure over borrowed parts trips the compiler's `Send` check.
@@ -186,9 +207,9 @@ impl Sink {
 
     /// The script call of one slot part, fenced by the slot's epoch copy
     /// when the sink is.
-    fn part_call(&self, part: &SlotPart<'_>) -> ScriptCall {
-        let copy = self.fence.as_ref().map(|_| cluster::epoch_copy_key(&self.status_prefix, part.slot));
-        let epoch = self.fence.as_ref().map(|f| f.epoch.to_string()).unwrap_or_default();
+    fn part_call(&self, part: &SlotPart<'_>, epoch: Option<u64>) -> ScriptCall {
+        let copy = epoch.map(|_| cluster::epoch_copy_key(&self.status_prefix, part.slot));
+        let epoch = epoch.map(|e| e.to_string()).unwrap_or_default();
         let probe = cluster::probe_key(&self.status_prefix, part.slot);
         let mut keys: Vec<&[u8]> = copy.iter().map(|c| c.as_bytes()).collect();
         keys.push(probe.as_bytes());
@@ -203,39 +224,57 @@ impl Sink {
     }
 
     /// One part on its own, following the cluster: redirections, retries,
-    /// a restored epoch copy, or a fence that ends the writer.
+    /// a restored epoch copy, or a fence that ends the writer. After a
+    /// failure that leaves the part's fate unknown, the writer raises its
+    /// epoch before sending it again (see `Fence::raise_past`); a refusal
+    /// by its own raised epoch sends it again under the new one.
     async fn send_part(&self, part: SlotPart<'_>) -> Result<(), SinkError> {
-        let call = self.part_call(&part);
+        let mut epoch = self.fence.as_ref().map(Fence::epoch);
+        let mut call = self.part_call(&part, epoch);
         let mut attempt = 1;
         let mut repairs = 0;
         loop {
-            if let Some(fence) = &self.fence
-                && !fence.is_valid()
-            {
-                return Err(SinkError::LeaseLost);
+            if let Some(fence) = &self.fence {
+                if !fence.is_valid() {
+                    return Err(SinkError::LeaseLost);
+                }
+                if epoch != Some(fence.epoch()) {
+                    epoch = Some(fence.epoch());
+                    call = self.part_call(&part, epoch);
+                }
             }
             let mut conn = self.conn.clone();
             let err = match call.run(&mut conn).await.map_err(classify) {
                 Ok(()) => return Ok(()),
                 Err(err) => err,
             };
-            match (err, &self.fence) {
-                (PartError::Fenced, Some(fence)) => {
-                    fence.mark_lost();
-                    return Err(SinkError::Fenced { epoch: fence.epoch });
+            match (err, &self.fence, epoch) {
+                (PartError::Fenced, Some(fence), Some(sent))
+                    if fence.epoch() > sent && attempt < self.retry.attempts =>
+                {
+                    attempt += 1;
                 }
-                (PartError::EpochLow, Some(fence)) if repairs < 3 => {
+                (PartError::Fenced, Some(fence), _) => {
+                    fence.mark_lost();
+                    return Err(SinkError::Fenced { epoch: fence.epoch() });
+                }
+                (PartError::EpochLow, Some(fence), _) if repairs < 3 => {
                     repairs += 1;
                     self.repair_epoch_copy(fence, part.slot).await?;
                 }
-                (PartError::Redis(err), _) if attempt < self.retry.attempts && is_retriable(&err) => {
+                (PartError::Redis(err), _, _) if attempt < self.retry.attempts && is_retriable(&err) => {
+                    if let (Some(fence), Some(sent)) = (&self.fence, epoch)
+                        && super::is_ambiguous(&err)
+                    {
+                        self.raise_own_epoch(fence, sent).await?;
+                    }
                     let delay = self.retry.delay(attempt);
                     tracing::warn!(attempt, slot = part.slot, delay_ms = delay.as_millis() as u64, error = %err, "cluster write failed, retrying");
                     tokio::time::sleep(delay).await;
                     attempt += 1;
                 }
-                (PartError::Redis(source), _) => return Err(SinkError::Write { attempts: attempt, source }),
-                (PartError::Fenced | PartError::EpochLow, _) => {
+                (PartError::Redis(source), _, _) => return Err(SinkError::Write { attempts: attempt, source }),
+                (PartError::Fenced | PartError::EpochLow, _, _) => {
                     return Err(SinkError::Cluster(format!(
                         "slot {} refused a write: its epoch copy could not be brought to this writer's epoch",
                         part.slot
@@ -255,12 +294,13 @@ impl Sink {
             .query_async(&mut conn)
             .await
             .map_err(|source| SinkError::Write { attempts: 1, source })?;
-        if current != Some(fence.epoch) {
+        let epoch = fence.epoch();
+        if current != Some(epoch) {
             fence.mark_lost();
-            return Err(SinkError::Fenced { epoch: fence.epoch });
+            return Err(SinkError::Fenced { epoch });
         }
-        tracing::debug!(slot, epoch = fence.epoch, "restoring a slot's epoch copy");
-        self.raise_copy(fence.epoch, slot).await
+        tracing::debug!(slot, epoch, "restoring a slot's epoch copy");
+        self.raise_copy(epoch, slot).await
     }
 
     async fn raise_copy(&self, epoch: u64, slot: u16) -> Result<(), SinkError> {
@@ -284,7 +324,8 @@ impl Sink {
     /// its own, following the cluster.
     pub(super) async fn raise_epoch_copies(&self, fence: &Fence) -> Result<(), SinkError> {
         let RedisConn::Cluster(router) = &self.conn else { return Ok(()) };
-        let epoch = fence.epoch.to_string();
+        let epoch_now = fence.epoch();
+        let epoch = epoch_now.to_string();
         let every_slot: Vec<u16> = (0..cluster::SLOTS as u16).collect();
         // A slot no master covers is left to the one-by-one path below.
         let (by_master, uncovered) = router.by_master(every_slot, |slot| *slot);
@@ -292,7 +333,9 @@ impl Sink {
             .into_iter()
             .map(|(addr, slots)| (addr, slots.chunks(COPIES_PER_SCRIPT).map(<[u16]>::to_vec).collect()))
             .collect();
-        let sent = self
+        // Raising a copy is idempotent and only ever raises: a late one
+        // does no harm, so the fate of a lost reply does not matter here.
+        let (sent, _) = self
             .per_master_pipelines(chunks, |slots: &Vec<u16>| {
                 let mut cmd = redis::cmd("EVAL");
                 cmd.arg(RAISE_GROUP_SCRIPT).arg(0).arg(&epoch);
@@ -311,7 +354,7 @@ impl Sink {
             }
         }
         futures::stream::iter(left)
-            .map(|slot| self.raise_copy(fence.epoch, slot))
+            .map(|slot| self.raise_copy(epoch_now, slot))
             .buffer_unordered(PARTS_IN_FLIGHT)
             .try_collect::<Vec<()>>()
             .await?;

@@ -33,15 +33,25 @@ pub enum LeaseError {
 
 /// Takes the lease if free and raises the epoch to `max(epoch + 1, now
 /// in ms)`: the clock part keeps it growing even after a Redis that kept
-/// no data restarted and forgot the old value.
-const ACQUIRE: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
-      local e = tonumber(redis.call('GET', KEYS[2]) or '0') + 1 \
-      local t = tonumber(ARGV[3]) \
-      if t > e then e = t end \
-      redis.call('SET', KEYS[2], string.format('%d', e)) \
-      return e \
-    end \
-    return 0";
+/// no data restarted and forgot the old value. A lease that already holds
+/// this token was taken by an earlier attempt whose reply was lost (a
+/// router or a caller sent it again): it is this holder's, with the epoch
+/// that attempt set, which no one else can have raised since (only a
+/// holder raises it), so it answers that epoch instead of waiting out its
+/// own lease.
+const ACQUIRE: &str = "\
+local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return tonumber(redis.call('GET', KEYS[2]) or '0')
+end
+if held then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local e = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
+local t = tonumber(ARGV[3])
+if t > e then e = t end
+redis.call('SET', KEYS[2], string.format('%d', e))
+return e";
 /// Extends the lease only while it is ours.
 const RENEW: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
@@ -77,17 +87,63 @@ impl LeaseState {
 }
 
 /// What a writer needs to have Redis check its writes: the epoch key and
-/// the epoch it took the lease with. Cheap to clone.
+/// the epoch it writes under: the one it took the lease with, raised by
+/// the holder itself after a write whose fate it cannot know (see
+/// [`Fence::raise_past`]). Cheap to clone; clones share the epoch.
 #[derive(Debug, Clone)]
 pub struct Fence {
     pub(super) key: String,
-    pub(super) epoch: u64,
+    epoch: Arc<AtomicU64>,
+    /// Held while the holder raises its own epoch, so that writes failing
+    /// together raise it once.
+    raising: Arc<tokio::sync::Mutex<()>>,
     state: Arc<LeaseState>,
 }
 
+/// Raises the epoch from `ARGV[1]` to `ARGV[2]` only while it still holds
+/// `ARGV[1]`: the caller's own epoch, which only a take-over moves.
+const RAISE_OWN: &str = "\
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2])
+  return 1
+end
+return 0";
+
 impl Fence {
+    /// The epoch writes go under now.
     pub fn epoch(&self) -> u64 {
-        self.epoch
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// Moves this holder's own epoch past `seen` (the epoch a write was
+    /// sent under, whose reply never came): that write may still be on
+    /// its way and land after newer ones, and fencing orders epochs, not
+    /// the writes of one epoch. Once the epoch key holds a new epoch, a
+    /// late copy is refused as any stale writer's is. Writes that fail
+    /// together raise it once: a caller whose `seen` is already behind
+    /// returns at once. Returns the new epoch; `Ok(None)` when the epoch
+    /// key no longer holds `seen`, so another instance took over (the
+    /// lease is then marked lost).
+    pub(super) async fn raise_past(&self, conn: &mut RedisConn, seen: u64) -> redis::RedisResult<Option<u64>> {
+        let _one_at_a_time = self.raising.lock().await;
+        let current = self.epoch();
+        if current > seen {
+            return Ok(Some(current));
+        }
+        let next = current + 1;
+        let raised: i64 =
+            redis::Script::new(RAISE_OWN).key(&self.key).arg(current).arg(next).invoke_async(conn).await?;
+        if raised != 1 {
+            self.mark_lost();
+            return Ok(None);
+        }
+        tracing::warn!(
+            from = current,
+            to = next,
+            "a write timed out: raised this writer's epoch so a late copy of it is refused"
+        );
+        self.epoch.store(next, Ordering::SeqCst);
+        Ok(Some(next))
     }
 
     /// Whether the lease still holds by this instance's own knowledge: not
@@ -159,8 +215,19 @@ fn unix_ms() -> u64 {
 impl Lease {
     /// Takes the lease, or says who holds it.
     pub async fn acquire(conn: RedisConn, keys: &StatusKeys, ttl: Duration) -> Result<Lease, LeaseError> {
+        Lease::acquire_as(conn, keys, ttl, holder_token()).await
+    }
+
+    /// Takes the lease as the holder `token`. Sent again under the same
+    /// token after a lost reply, it finds the lease its own and answers
+    /// the epoch the first attempt set (see [`ACQUIRE`]).
+    pub async fn acquire_as(
+        conn: RedisConn,
+        keys: &StatusKeys,
+        ttl: Duration,
+        token: String,
+    ) -> Result<Lease, LeaseError> {
         let key = keys.rebuild_lock();
-        let token = holder_token();
         let mut c = conn.clone();
         let epoch: u64 = redis::Script::new(ACQUIRE)
             .key(&key)
@@ -184,7 +251,12 @@ impl Lease {
         });
         let renewer = tokio::spawn(renew(conn.clone(), key.clone(), token.clone(), state.clone()));
         tracing::info!(key = %key, holder = %token, epoch, "writer lease taken");
-        let fence = Fence { key: keys.epoch(), epoch, state };
+        let fence = Fence {
+            key: keys.epoch(),
+            epoch: Arc::new(AtomicU64::new(epoch)),
+            raising: Arc::new(tokio::sync::Mutex::new(())),
+            state,
+        };
         Ok(Lease { key, token, conn, fence, renewer, released: false })
     }
 
@@ -192,8 +264,11 @@ impl Lease {
     /// TTL), logging who holds it meanwhile.
     pub async fn acquire_waiting(conn: RedisConn, keys: &StatusKeys, ttl: Duration) -> Result<Lease, LeaseError> {
         let mut last_holder = String::new();
+        // One token for every attempt: an attempt whose reply was lost
+        // took the lease already, and the next one finds it its own.
+        let token = holder_token();
         loop {
-            match Lease::acquire(conn.clone(), keys, ttl).await {
+            match Lease::acquire_as(conn.clone(), keys, ttl, token.clone()).await {
                 Ok(lease) => return Ok(lease),
                 Err(LeaseError::Held { holder, .. }) => {
                     if holder != last_holder {

@@ -121,6 +121,13 @@ pub fn is_retriable(err: &redis::RedisError) -> bool {
         )
 }
 
+/// Whether a failed request may still have reached Redis and run, or
+/// run later: it timed out, or its connection broke after it was sent.
+/// A refused connection or an error reply says it did not run.
+pub fn is_ambiguous(err: &redis::RedisError) -> bool {
+    !err.is_connection_refusal() && (err.is_timeout() || err.is_connection_dropped() || err.is_io_error())
+}
+
 /// A connected Redis, with the write settings of one run.
 ///
 /// Reads and unfenced writes share one multiplexed connection. A fenced
@@ -137,7 +144,10 @@ pub struct Sink {
     /// single Redis, pub/sub and the permission probe.
     client: redis::Client,
     status_prefix: String,
-    exclusive: std::sync::Arc<std::sync::Mutex<Vec<redis::aio::MultiplexedConnection>>>,
+    /// How long a request may go unanswered (fenced connections).
+    timeout: Duration,
+    /// Each with the epoch its `WATCH` was armed under.
+    exclusive: std::sync::Arc<std::sync::Mutex<Vec<(u64, redis::aio::MultiplexedConnection)>>>,
     fence: Option<Fence>,
     ttl: TierSeconds,
     jitter: f64,
@@ -263,6 +273,7 @@ impl Sink {
             jitter: cfg.ttl_jitter,
             retry: RetryPolicy::default(),
             unit_cost: cfg.write_batch_cost,
+            timeout: Duration::from_secs(cfg.redis_timeout_seconds),
         };
         if sink.is_cluster() {
             sink.unit_cost /= cluster::SCRIPT_BUDGET_DIVISOR;
@@ -280,7 +291,7 @@ impl Sink {
             .set_connection_timeout(Some(Duration::from_secs(5)))
             // Big index keys take a while to apply; a short timeout would
             // retry work that is still running.
-            .set_response_timeout(Some(Duration::from_secs(60)))
+            .set_response_timeout(Some(Duration::from_secs(cfg.redis_timeout_seconds)))
             .set_number_of_retries(3)
             .set_max_delay(Duration::from_secs(2));
         tokio::time::timeout(
@@ -406,24 +417,35 @@ impl Sink {
     /// Sends an atomic pipeline under the fence: refused for good when the
     /// epoch moved (the lease is then marked lost), retried on a new
     /// connection when the network failed (a dropped connection loses its
-    /// `WATCH`, so the check is made again).
+    /// `WATCH`, so the check is made again). An attempt whose reply never
+    /// came may still land later, after newer writes: before it is sent
+    /// again the writer raises its own epoch ([`Fence::raise_past`]), so
+    /// the late copy, watching the old epoch, is refused. Its own other
+    /// writes in flight under the old epoch are refused too, and sent
+    /// again under the new one.
     async fn send_fenced(&self, fence: &Fence, full: &redis::Pipeline) -> Result<(), SinkError> {
         let mut attempt = 1;
         loop {
             if !fence.is_valid() {
                 return Err(SinkError::LeaseLost);
             }
-            match self.try_fenced(fence, full).await {
+            let epoch = fence.epoch();
+            match self.try_fenced(fence, epoch, full).await {
                 Ok(true) => return Ok(()),
+                // Refused because this writer raised its own epoch since.
+                Ok(false) if fence.epoch() > epoch && attempt < self.retry.attempts => attempt += 1,
                 Ok(false) => {
                     fence.mark_lost();
-                    return Err(SinkError::Fenced { epoch: fence.epoch });
+                    return Err(SinkError::Fenced { epoch });
                 }
                 Err(err) if attempt < self.retry.attempts && is_retriable(&err) => {
                     // The pooled connections went through the same cut or
                     // restart: a retry that took the next of them would
                     // fail again, so every retry starts on a new one.
                     self.exclusive.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                    if is_ambiguous(&err) {
+                        self.raise_own_epoch(fence, epoch).await?;
+                    }
                     let delay = self.retry.delay(attempt);
                     tracing::warn!(attempt, delay_ms = delay.as_millis() as u64, error = %err, "fenced redis write failed, retrying");
                     tokio::time::sleep(delay).await;
@@ -431,6 +453,25 @@ impl Sink {
                 }
                 Err(source) => return Err(SinkError::Write { attempts: attempt, source }),
             }
+        }
+    }
+
+    /// Raises the writer's epoch past `seen` (see [`Fence::raise_past`]),
+    /// and on a cluster every slot's copy with it.
+    async fn raise_own_epoch(&self, fence: &Fence, seen: u64) -> Result<(), SinkError> {
+        let conn = &self.conn;
+        let raised = self
+            .retry
+            .run(|| {
+                let mut conn = conn.clone();
+                async move { fence.raise_past(&mut conn, seen).await }
+            })
+            .await
+            .map_err(|(attempts, source)| SinkError::Write { attempts, source })?;
+        match raised {
+            None => Err(SinkError::Fenced { epoch: seen }),
+            Some(_) if self.is_cluster() => self.raise_epoch_copies(fence).await,
+            Some(_) => Ok(()),
         }
     }
 
@@ -443,8 +484,8 @@ impl Sink {
     /// (`MULTI … EXEC WATCH epoch GET epoch`); only a fresh connection needs
     /// a round trip of its own first. Small transactions (see the batch
     /// cost bound) thus cost no extra round trips.
-    async fn try_fenced(&self, fence: &Fence, full: &redis::Pipeline) -> redis::RedisResult<bool> {
-        let Some(mut conn) = self.checkout_watched(fence).await? else { return Ok(false) };
+    async fn try_fenced(&self, fence: &Fence, epoch: u64, full: &redis::Pipeline) -> redis::RedisResult<bool> {
+        let Some(mut conn) = self.checkout_watched(fence, epoch).await? else { return Ok(false) };
         let (applied, current): (redis::Value, Option<u64>) = full.query_async(&mut conn).await?;
         if let redis::Value::Array(replies) = &applied
             && let Some(redis::Value::ServerError(err)) =
@@ -455,22 +496,32 @@ impl Sink {
         let applied = !matches!(applied, redis::Value::Nil);
         // Re-armed only while the epoch is still ours; otherwise the
         // connection is dropped with its watch.
-        if applied && current == Some(fence.epoch) {
-            self.checkin(conn);
+        if applied && current == Some(epoch) {
+            self.checkin(epoch, conn);
         }
         Ok(applied)
     }
 
     /// A connection no other task uses while it is out, watching the epoch
     /// key since a moment the epoch was ours; `None` when it no longer is.
-    async fn checkout_watched(&self, fence: &Fence) -> redis::RedisResult<Option<redis::aio::MultiplexedConnection>> {
-        let pooled = self.exclusive.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        if let Some(conn) = pooled {
-            return Ok(Some(conn));
+    async fn checkout_watched(
+        &self,
+        fence: &Fence,
+        epoch: u64,
+    ) -> redis::RedisResult<Option<redis::aio::MultiplexedConnection>> {
+        loop {
+            let pooled = self.exclusive.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            match pooled {
+                Some((armed, conn)) if armed == epoch => return Ok(Some(conn)),
+                // Armed under an epoch this writer has since raised: its
+                // watch would refuse the next transaction; dropped.
+                Some(_) => continue,
+                None => break,
+            }
         }
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(5)))
-            .set_response_timeout(Some(Duration::from_secs(60)));
+            .set_response_timeout(Some(self.timeout));
         let mut conn = self.client.get_multiplexed_async_connection_with_config(&config).await?;
         let (current,): (Option<u64>,) = redis::pipe()
             .cmd("WATCH")
@@ -480,11 +531,11 @@ impl Sink {
             .arg(&fence.key)
             .query_async(&mut conn)
             .await?;
-        Ok((current == Some(fence.epoch)).then_some(conn))
+        Ok((current == Some(epoch)).then_some(conn))
     }
 
-    fn checkin(&self, conn: redis::aio::MultiplexedConnection) {
-        self.exclusive.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+    fn checkin(&self, epoch: u64, conn: redis::aio::MultiplexedConnection) {
+        self.exclusive.lock().unwrap_or_else(|e| e.into_inner()).push((epoch, conn));
     }
 
     /// Applies the watcher's changes in one transaction, retrying

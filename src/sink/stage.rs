@@ -163,6 +163,11 @@ impl Sink {
         let slot = cluster::slot(op.key.text.as_bytes());
         let mut attempt = 1;
         loop {
+            // A writer that knows it lost the lease stops here: its fill
+            // could never be renamed, and would only load Redis.
+            if self.fence.as_ref().is_some_and(|fence| !fence.is_valid()) {
+                return Err(SinkError::LeaseLost);
+            }
             let stage = cluster::stage_key(&self.status_prefix, slot, rand::random());
             if self.try_staged(op, &stage, &steps).await? {
                 return Ok(());

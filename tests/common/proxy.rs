@@ -18,6 +18,10 @@ struct State {
     refusing: AtomicBool,
     /// Stall as soon as the client sends these bytes.
     stall_on: std::sync::Mutex<Option<Vec<u8>>>,
+    /// Hold the one connection whose client sends these bytes.
+    hold_on: std::sync::Mutex<Option<Vec<u8>>>,
+    /// Whether that connection's bytes are held now.
+    holding: watch::Sender<bool>,
     /// Bytes from clients, forwarded or held.
     from_clients: AtomicU64,
     accepted: AtomicU64,
@@ -42,6 +46,8 @@ impl Proxy {
             generation: watch::channel(0).0,
             refusing: AtomicBool::new(false),
             stall_on: std::sync::Mutex::new(None),
+            hold_on: std::sync::Mutex::new(None),
+            holding: watch::channel(false).0,
             from_clients: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
             open: AtomicU64::new(0),
@@ -79,6 +85,25 @@ impl Proxy {
     /// are held too.
     pub fn stall_on(&self, pattern: &[u8]) {
         *self.state.stall_on.lock().unwrap() = Some(pattern.to_vec());
+    }
+
+    /// Holds the one connection whose client sends `pattern` next (the
+    /// bytes carrying it included) until [`Proxy::release_held`], as a
+    /// network that delays one request does; every other connection,
+    /// new ones included, flows on.
+    pub fn hold_on(&self, pattern: &[u8]) {
+        *self.state.hold_on.lock().unwrap() = Some(pattern.to_vec());
+    }
+
+    /// Waits until a connection is held (after [`Proxy::hold_on`]).
+    pub async fn wait_held(&self) {
+        let mut rx = self.state.holding.subscribe();
+        let _ = rx.wait_for(|h| *h).await;
+    }
+
+    /// Delivers the held connection's bytes, and lets it flow on.
+    pub fn release_held(&self) {
+        self.state.holding.send_replace(false);
     }
 
     pub fn is_stalled(&self) -> bool {
@@ -155,6 +180,8 @@ async fn pump(
     let mut generation = state.generation.subscribe();
     let mut buf = vec![0u8; 64 * 1024];
     let mut tail: Vec<u8> = Vec::new();
+    let mut held_tail: Vec<u8> = Vec::new();
+    let mut held = false;
     loop {
         let n = tokio::select! {
             read = from.read(&mut buf) => match read {
@@ -175,6 +202,24 @@ async fn pump(
                 }
                 let keep = tail.len().saturating_sub(pattern.len());
                 tail.drain(..keep);
+            }
+            let pattern = state.hold_on.lock().unwrap().clone();
+            if let Some(pattern) = pattern {
+                held_tail.extend_from_slice(&buf[..n]);
+                if held_tail.windows(pattern.len()).any(|w| w == pattern.as_slice()) {
+                    *state.hold_on.lock().unwrap() = None;
+                    state.holding.send_replace(true);
+                    held = true;
+                }
+                let keep = held_tail.len().saturating_sub(pattern.len());
+                held_tail.drain(..keep);
+            }
+        }
+        if held {
+            let mut holding = state.holding.subscribe();
+            tokio::select! {
+                _ = holding.wait_for(|h| !*h) => held = false,
+                _ = generation.wait_for(|g| *g != born) => return,
             }
         }
         let mut stalled = state.stalled.subscribe();

@@ -35,5 +35,6 @@ pub mod sink;
 pub mod source;
 pub mod status;
 pub mod table;
+pub mod tasks;
 pub mod usage;
 pub mod watch;

@@ -259,6 +259,7 @@ async fn every_command_works_on_a_cluster() {
             watch: true,
             window: Duration::from_millis(50),
             http: Default::default(),
+            grace: cachewright::serve::SHUTDOWN_GRACE,
         };
         tokio::spawn(async move {
             cachewright::serve::run(&cfg, opts, listener, async {
@@ -552,6 +553,7 @@ async fn with_redis_url_down_every_command_starts_from_the_other_seeds() {
         watch: true,
         window: Duration::from_millis(50),
         http: Default::default(),
+        grace: cachewright::serve::SHUTDOWN_GRACE,
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = {

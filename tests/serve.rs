@@ -38,6 +38,7 @@ fn serve_here(cfg: &Config, schedules: &str, watch: bool, listener: tokio::net::
         watch,
         window: Duration::from_millis(50),
         http: Default::default(),
+        grace: cachewright::serve::SHUTDOWN_GRACE,
     };
     let handle = tokio::spawn(async move {
         cachewright::serve::run(&cfg, opts, listener, async {
@@ -544,6 +545,108 @@ async fn a_failing_watcher_shows_in_health_and_is_restarted() {
     wait_converged(&redis.url(), &cfg).await;
     let (_, metrics) = get(addr, "/metrics").await;
     assert!(metrics.contains("cachewright_changestream_streaming 1"), "{metrics}");
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(60), server).await.expect("serve stops").unwrap().expect("clean stop");
+}
+
+/// A scheduled job fires while the watcher's write is stuck on its way
+/// (the proxy holds that one Redis connection). `serve` stops the watcher
+/// (dropping the batch in flight, or aborting the watcher after the
+/// grace) and raises its epoch before the job starts. When the held
+/// transaction reaches Redis after the job, Redis refuses it (a null
+/// `EXEC`): the stopped watcher writes nothing after the job started. The
+/// restarted watcher then brings the cache to a fresh rebuild's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_write_still_on_its_way_when_a_job_starts_is_refused() {
+    let mongo = &common::shared().mongo;
+    let redis = common::servers::Redis::start();
+    let proxy = common::proxy::Proxy::start(redis.port).await;
+    let name = common::unique("handover");
+    let status = format!("cw-{name}:");
+    let cfg = config(&mongo.uri(), &proxy.redis_url(), &name, &status, true);
+    common::generate(&cfg, 300, 41).await;
+    // A job every 6 s that writes no video detail, so the held write is
+    // the watcher's; a daily rebuild covers the other families' TTLs.
+    let schedules = "[[schedule]]\nname = \"tags\"\ncron = \"*/6 * * * * *\"\njob = \"refresh\"\nfamilies = [\"tag\"]\n\
+        [[schedule]]\nname = \"daily\"\ncron = \"0 0 3 * * *\"\njob = \"rebuild\"\n";
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = {
+        let cfg = cfg.clone();
+        let opts = ServeOptions {
+            schedules: schedule::parse(schedules).unwrap(),
+            watch: true,
+            window: Duration::from_millis(50),
+            http: Default::default(),
+            grace: Duration::from_secs(1),
+        };
+        tokio::spawn(async move {
+            cachewright::serve::run(&cfg, opts, listener, async {
+                let _ = stopped.await;
+            })
+            .await
+        })
+    };
+    let ready = common::wait_for("the watcher to stream", Duration::from_secs(60), || async {
+        get(addr, "/health/ready").await.0 == 200
+    });
+    let mut server = server;
+    tokio::select! {
+        stopped = &mut server => panic!("serve stopped before it was ready: {stopped:?}"),
+        () = ready => {}
+    }
+    let epoch_key = cachewright::keys::status::StatusKeys::new(status.clone()).epoch();
+    let epoch_of = || async {
+        let mut conn = common::redis_conn(&redis.url()).await;
+        let epoch: Option<u64> = redis::cmd("GET").arg(&epoch_key).query_async(&mut conn).await.unwrap();
+        epoch.unwrap_or(0)
+    };
+    let epoch = epoch_of().await;
+
+    let title = format!("held-title-{name}");
+    proxy.hold_on(title.as_bytes());
+    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let videos = source.database().collection::<mongodb::bson::Document>("VideoMedia");
+    videos.update_one(mongodb::bson::doc! {}, mongodb::bson::doc! {"$set": {"title": &title}}).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), proxy.wait_held()).await.expect("the watcher's write is held");
+
+    common::wait_for("serve to stop the watcher and raise its epoch", Duration::from_secs(30), || async {
+        epoch_of().await > epoch
+    })
+    .await;
+    let completed = |body: &str| {
+        body.lines()
+            .find(|l| l.starts_with("cachewright_job_runs_total{trigger=\"cron\",outcome=\"completed\"}"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = completed(&get(addr, "/metrics").await.1);
+    common::wait_for("the job after the abort to complete", Duration::from_secs(30), || async {
+        completed(&get(addr, "/metrics").await.1) > before
+    })
+    .await;
+
+    proxy.release_held();
+    // The held frame ends with `WATCH epoch` and `GET epoch`: its last
+    // reply is the epoch, a bulk string of digits.
+    common::wait_for("Redis to answer the held transaction", Duration::from_secs(10), || async {
+        let replies = String::from_utf8_lossy(&proxy.held_replies()).to_string();
+        let lines: Vec<&str> = replies.trim_end_matches("\r\n").rsplit("\r\n").take(2).collect();
+        replies.ends_with("\r\n")
+            && matches!(lines.as_slice(), [digits, len] if len.starts_with('$') && digits.bytes().all(|b| b.is_ascii_digit()))
+    })
+    .await;
+    let replies = String::from_utf8_lossy(&proxy.held_replies()).to_string();
+    assert!(replies.contains("*-1\r\n"), "the stalled watcher's transaction ran after the job started: {replies:?}");
+
+    common::wait_for("the restarted watcher to catch up", Duration::from_secs(60), || async {
+        let direct = Config { redis_url: redis.url(), ..cfg.clone() };
+        common::render_dump(&common::dump(&redis.url(), &cfg.prefix).await, &cfg.prefix)
+            == common::expected_render(&direct).await
+    })
+    .await;
     let _ = stop.send(());
     tokio::time::timeout(Duration::from_secs(60), server).await.expect("serve stops").unwrap().expect("clean stop");
 }

@@ -239,7 +239,7 @@ pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -
     let mut reporter = JobReporter::start(sink.clone(), status, opts.trigger).await;
     tracing::info!(run_id = %reporter.run_id, trigger = %opts.trigger, "run registered");
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
-    let reporting = tokio::spawn(async move {
+    let reporting = crate::tasks::spawn(async move {
         while let Some(event) = events_rx.recv().await {
             reporter.progress(&event).await;
         }
@@ -307,7 +307,7 @@ async fn run_pipeline(
     // writes to succeed.
     let scan = {
         let (sink, keys, families) = (sink.clone(), ctx.keys.clone(), opts.families);
-        tokio::spawn(async move { sink.scan_existing(&keys, families).await })
+        crate::tasks::spawn(async move { sink.scan_existing(&keys, families).await })
     };
 
     let (tx, rx) = mpsc::channel::<Vec<Op>>(16);
@@ -318,7 +318,9 @@ async fn run_pipeline(
         let sink = (!opts.dry_run).then(|| sink.clone());
         let cancel = opts.cancel.clone();
         let keep = opts.keep_names;
-        tokio::spawn(sink::run_writer(sink, rx, cfg.write_concurrency, cancel, keep, move |n| stage.inc(n)))
+        // Owned: a run dropped mid-way (a job cut short, an aborted
+        // watcher) stops writing with it.
+        crate::tasks::spawn(sink::run_writer(sink, rx, cfg.write_concurrency, cancel, keep, move |n| stage.inc(n)))
     };
 
     let produce = async {

@@ -30,7 +30,7 @@ pub async fn read_videos(
     let (raw_tx, mut raw_rx) = mpsc::channel::<Vec<RawDocumentBuf>>(4);
     let reader = {
         let (source, batch_size) = (source.clone(), cfg.read_batch_size);
-        tokio::spawn(async move { source.read_chunks(&collection, batch_size, DECODE_BATCH, raw_tx).await })
+        crate::tasks::spawn(async move { source.read_chunks(&collection, batch_size, DECODE_BATCH, raw_tx).await })
     };
 
     let want_detail = ctx.families.contains(FamilyId::VideoDetail);

@@ -46,6 +46,9 @@ pub struct ServeOptions {
     pub watch: bool,
     pub window: Duration,
     pub http: http::Limits,
+    /// How long a job waits for the watcher to stop (saving its tokens)
+    /// before it aborts it; also how long a stop waits for a job.
+    pub grace: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,7 +62,8 @@ pub enum ServeError {
 }
 
 /// How long shutdown waits for the current batch and the watcher.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// The default [`ServeOptions::grace`].
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 /// `/health/live` fails when the liveness task has not ticked for this
 /// long (it ticks every second).
@@ -444,10 +448,12 @@ async fn lead(
     };
     let mut watcher: Option<Supervised> = start_watcher();
     let mut next_due: Vec<_> = opts.schedules.iter().map(|s| s.next_fire(Utc::now())).collect();
-    let exit = loop {
+    let exit = 'lead: loop {
         let due = next_due.iter().flatten().min().copied();
         let wait = due.map(|d| (d - Utc::now()).to_std().unwrap_or(Duration::ZERO));
         tokio::select! {
+            // Shutdown first, then a lost lease: never a job after either.
+            biased;
             _ = shutdown.as_mut() => break LeaderExit::Shutdown,
             _ = fence.lost() => break LeaderExit::Lost,
             _ = tokio::time::sleep(wait.unwrap_or(Duration::from_secs(3600))) => {}
@@ -458,9 +464,19 @@ async fn lead(
         for i in firing {
             let schedule = &opts.schedules[i];
             if let Some(w) = watcher.take() {
-                w.stop(SHUTDOWN_GRACE).await;
+                w.stop(opts.grace).await;
+                // Stopped by itself (its in-flight batch dropped) or
+                // aborted, the watcher may have a write on its way under
+                // this epoch that would land over the job's newer values:
+                // raise the epoch, so Redis refuses it.
+                if let Err(err) = leader_sink.raise_epoch().await {
+                    tracing::warn!(error = %err, "could not fence off the stopped watcher; stepping down");
+                    break 'lead LeaderExit::Lost;
+                }
+                lock(&shared.role).epoch = fence.epoch();
+                shared.metrics.leadership(true, fence.epoch());
             }
-            interrupted = run_job(cfg, shared, schedule, fence, shutdown).await;
+            interrupted = run_job(cfg, shared, schedule, fence, opts.grace, shutdown).await;
             if interrupted.is_some() {
                 break;
             }
@@ -486,7 +502,7 @@ async fn lead(
         }
     };
     if let Some(w) = watcher.take() {
-        w.stop(SHUTDOWN_GRACE).await;
+        w.stop(opts.grace).await;
     }
     exit
 }
@@ -498,6 +514,7 @@ async fn run_job(
     shared: &Shared,
     schedule: &Schedule,
     fence: &Fence,
+    grace: Duration,
     shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
 ) -> Option<LeaderExit> {
     *lock(&shared.current) = Some(schedule.name.clone());
@@ -517,16 +534,17 @@ async fn run_job(
     tokio::pin!(job);
     let mut interrupted = None;
     let result = tokio::select! {
-        result = &mut job => result,
+        biased;
         _ = shutdown.as_mut() => {
             interrupted = Some(LeaderExit::Shutdown);
             tracing::info!(schedule = %schedule.name, "shutdown during a job; stopping before its next batch");
             cancel.store(true, Ordering::SeqCst);
-            match tokio::time::timeout(SHUTDOWN_GRACE, &mut job).await {
+            match tokio::time::timeout(grace, &mut job).await {
                 Ok(result) => result,
                 Err(_) => Err(RunError::Internal("the job did not stop in time".into())),
             }
         }
+        result = &mut job => result,
     };
     *lock(&shared.current) = None;
     let record = |ok: bool, refused: bool, error: Option<String>| JobRecord {

@@ -114,18 +114,35 @@ pub fn start(
 }
 
 impl Supervised {
-    /// Stops the watcher (it saves its tokens) and marks it paused.
-    pub async fn stop(self, grace: Duration) {
+    /// Stops the watcher (it saves its tokens) and marks it paused. A
+    /// watcher that does not stop within `grace` (stalled on a server) is
+    /// aborted, and this returns only once its task is gone, with every
+    /// task it owns (streams, a rebuild's writer and scan: all abort with
+    /// their owner). Returns whether it stopped by itself. Either way a
+    /// write it had sent may still be on its way (a stop drops the batch
+    /// in flight), which the caller fences off.
+    pub async fn stop(self, grace: Duration) -> bool {
         let _ = self.stop.send(true);
-        match tokio::time::timeout(grace, self.task).await {
-            Ok(Ok(())) => {}
-            Ok(Err(join)) => tracing::error!(error = %join, "watcher task failed"),
-            Err(_) => tracing::error!("watcher did not stop in time"),
-        }
+        let mut task = self.task;
+        let clean = match tokio::time::timeout(grace, &mut task).await {
+            Ok(Ok(())) => true,
+            Ok(Err(join)) => {
+                tracing::error!(error = %join, "watcher task failed");
+                true
+            }
+            Err(_) => {
+                tracing::error!(grace_ms = grace.as_millis() as u64, "watcher did not stop in time; aborting it");
+                task.abort();
+                // Resolves once the task was dropped: it runs no more.
+                let _ = task.await;
+                false
+            }
+        };
         set(&self.health, |h| {
             h.running = false;
             h.failed = false;
             h.paused = true;
         });
+        clean
     }
 }

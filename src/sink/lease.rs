@@ -140,7 +140,7 @@ impl Fence {
         tracing::warn!(
             from = current,
             to = next,
-            "a write timed out: raised this writer's epoch so a late copy of it is refused"
+            "raised this writer's epoch: writes still on their way under the old one are refused"
         );
         self.epoch.store(next, Ordering::SeqCst);
         Ok(Some(next))

@@ -456,6 +456,16 @@ impl Sink {
         }
     }
 
+    /// Raises this fenced sink's epoch (see [`Fence::raise_past`]): every
+    /// write sent under the current one and not yet applied is refused
+    /// from now on. `serve` does this after aborting a stalled watcher.
+    pub async fn raise_epoch(&self) -> Result<(), SinkError> {
+        match &self.fence {
+            Some(fence) => self.raise_own_epoch(fence, fence.epoch()).await,
+            None => Ok(()),
+        }
+    }
+
     /// Raises the writer's epoch past `seen` (see [`Fence::raise_past`]),
     /// and on a cluster every slot's copy with it.
     async fn raise_own_epoch(&self, fence: &Fence, seen: u64) -> Result<(), SinkError> {

@@ -115,17 +115,6 @@ pub enum WatchError {
     Internal(String),
 }
 
-/// Stream tasks end with the engine, even when its future is dropped.
-struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        for task in &self.0 {
-            task.abort();
-        }
-    }
-}
-
 enum Restart {
     /// Streams failed; reopen them from the saved tokens.
     Reopen,
@@ -218,18 +207,25 @@ pub async fn run_fenced(
         loop {
             let (tx, mut rx) = mpsc::channel::<Item>(20_000);
             let mut opened = Vec::new();
-            let tasks = AbortOnDrop(
-                Coll::ALL
-                    .iter()
-                    .zip(starts.iter().cloned())
-                    .map(|(coll, start)| {
-                        let name = coll.name(&cfg.collections).to_string();
-                        let (open_tx, open_rx) = tokio::sync::oneshot::channel();
-                        opened.push(open_rx);
-                        tokio::spawn(stream::follow(source.database().clone(), *coll, name, start, tx.clone(), open_tx))
-                    })
-                    .collect(),
-            );
+            // Owned: they end with the engine, even when its future is
+            // dropped.
+            let tasks: Vec<crate::tasks::Owned<()>> = Coll::ALL
+                .iter()
+                .zip(starts.iter().cloned())
+                .map(|(coll, start)| {
+                    let name = coll.name(&cfg.collections).to_string();
+                    let (open_tx, open_rx) = tokio::sync::oneshot::channel();
+                    opened.push(open_rx);
+                    crate::tasks::spawn(stream::follow(
+                        source.database().clone(),
+                        *coll,
+                        name,
+                        start,
+                        tx.clone(),
+                        open_tx,
+                    ))
+                })
+                .collect();
             drop(tx);
             let all_open = futures::future::join_all(opened).await.iter().all(Result::is_ok);
             if all_open && let Some((kept, _)) = state.as_mut().filter(|_| !metrics.is_streaming()) {

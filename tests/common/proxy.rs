@@ -22,6 +22,11 @@ struct State {
     hold_on: std::sync::Mutex<Option<Vec<u8>>>,
     /// Whether that connection's bytes are held now.
     holding: watch::Sender<bool>,
+    /// What the server answered on the held connection, once released.
+    held_replies: std::sync::Mutex<Vec<u8>>,
+    /// The id of the held connection (ids count from 1).
+    held_id: AtomicU64,
+    next_id: AtomicU64,
     /// Bytes from clients, forwarded or held.
     from_clients: AtomicU64,
     accepted: AtomicU64,
@@ -48,6 +53,9 @@ impl Proxy {
             stall_on: std::sync::Mutex::new(None),
             hold_on: std::sync::Mutex::new(None),
             holding: watch::channel(false).0,
+            held_replies: std::sync::Mutex::new(Vec::new()),
+            held_id: AtomicU64::new(0),
+            next_id: AtomicU64::new(1),
             from_clients: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
             open: AtomicU64::new(0),
@@ -106,6 +114,12 @@ impl Proxy {
         self.state.holding.send_replace(false);
     }
 
+    /// What the server has answered on the held connection so far
+    /// (recorded even when its client is gone).
+    pub fn held_replies(&self) -> Vec<u8> {
+        self.state.held_replies.lock().unwrap().clone()
+    }
+
     pub fn is_stalled(&self) -> bool {
         *self.state.stalled.borrow()
     }
@@ -157,14 +171,20 @@ async fn connection(client: TcpStream, state: Arc<State>) {
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let born = *state.generation.borrow();
+    let id = state.next_id.fetch_add(1, Ordering::SeqCst);
     state.open.fetch_add(1, Ordering::SeqCst);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
-    let up = pump(client_read, server_write, state.clone(), born, true);
-    let down = pump(server_read, client_write, state.clone(), born, false);
+    let up = pump(client_read, server_write, state.clone(), born, id, true);
+    let down = pump(server_read, client_write, state.clone(), born, id, false);
+    tokio::pin!(up, down);
     tokio::select! {
-        _ = up => {}
-        _ = down => {}
+        // The client is gone (its end closed after what it sent): as TCP
+        // would, the server still gets it all and answers, for a while.
+        _ = &mut up => {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), &mut down).await;
+        }
+        _ = &mut down => {}
     }
     state.open.fetch_sub(1, Ordering::SeqCst);
 }
@@ -175,6 +195,7 @@ async fn pump(
     mut to: tokio::net::tcp::OwnedWriteHalf,
     state: Arc<State>,
     born: u64,
+    id: u64,
     from_client: bool,
 ) {
     let mut generation = state.generation.subscribe();
@@ -208,12 +229,16 @@ async fn pump(
                 held_tail.extend_from_slice(&buf[..n]);
                 if held_tail.windows(pattern.len()).any(|w| w == pattern.as_slice()) {
                     *state.hold_on.lock().unwrap() = None;
+                    state.held_id.store(id, Ordering::SeqCst);
                     state.holding.send_replace(true);
                     held = true;
                 }
                 let keep = held_tail.len().saturating_sub(pattern.len());
                 held_tail.drain(..keep);
             }
+        }
+        if !from_client && state.held_id.load(Ordering::SeqCst) == id {
+            state.held_replies.lock().unwrap().extend_from_slice(&buf[..n]);
         }
         if held {
             let mut holding = state.holding.subscribe();

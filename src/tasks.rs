@@ -1,0 +1,69 @@
+//! Tasks owned by the future that spawned them.
+//!
+//! A spawned tokio task outlives the future that spawned it unless
+//! someone aborts it. A rebuild dropped mid-run (a job cut short, a
+//! watcher aborted by `serve`) would otherwise leave its writer and scan
+//! running, still writing under the writer's epoch. [`Owned`] aborts its
+//! task when dropped; awaiting it gives the task's result as a
+//! `JoinHandle` does.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// A spawned task that is aborted when this handle is dropped.
+#[must_use = "dropping an Owned task aborts it"]
+pub struct Owned<T>(tokio::task::JoinHandle<T>);
+
+/// Spawns `future` as a task owned by the returned handle.
+pub fn spawn<F>(future: F) -> Owned<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    Owned(tokio::spawn(future))
+}
+
+impl<T> Future for Owned<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for Owned<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[tokio::test]
+    async fn awaiting_gives_the_result() {
+        assert_eq!(spawn(async { 7 }).await.unwrap(), 7);
+    }
+
+    /// Dropping the handle (its owner's future was dropped) stops the
+    /// task: it never gets past its next await.
+    #[tokio::test(start_paused = true)]
+    async fn dropping_the_handle_aborts_the_task() {
+        let reached = Arc::new(AtomicBool::new(false));
+        let task = {
+            let reached = reached.clone();
+            spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                reached.store(true, Ordering::SeqCst);
+            })
+        };
+        tokio::task::yield_now().await;
+        drop(task);
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        assert!(!reached.load(Ordering::SeqCst), "the task ran on after its owner was dropped");
+    }
+}

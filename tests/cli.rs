@@ -213,6 +213,9 @@ fn every_setting_works_as_flag_environment_and_file_key() {
             "mongodb_db" | "redis_password" => "other",
             "redis_cluster" => "true",
             "redis_cluster_nodes" => "10.0.0.2:6379,10.0.0.3:6379",
+            "redis_sentinels" => "10.0.0.5:26379,10.0.0.6:26379",
+            "redis_sentinel_master" => "cache",
+            "redis_allow_eviction" => "true",
             f if f.starts_with("collection_") => "Renamed",
             _ => "17",
         };
@@ -228,6 +231,8 @@ fn every_setting_works_as_flag_environment_and_file_key() {
             | "write_concurrency"
             | "lease_seconds"
             | "watch_max_lag_seconds"
+            | "redis_timeout_seconds"
+            | "redis_allow_eviction"
             | "redis_cluster" => value.to_string(),
             f if f.starts_with("ttl_") => value.to_string(),
             _ => format!("{value:?}"),

@@ -24,16 +24,7 @@ fn cluster_config(name: &str) -> cachewright::config::Config {
 }
 
 async fn assert_exact(cfg: &cachewright::config::Config) {
-    let dump = common::dump(&cfg.redis_url, &cfg.prefix).await;
-    let actual = common::render_dump(&dump, &cfg.prefix);
-    let expected = common::expected_render(cfg).await;
-    if actual != expected {
-        let diff = similar::TextDiff::from_lines(&expected, &actual);
-        panic!(
-            "the cache differs from a fresh rebuild (- rebuild, + cache):\n{}",
-            diff.unified_diff().context_radius(1)
-        );
-    }
+    common::assert_exact_at(&cfg.redis_url, cfg).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -122,6 +122,9 @@ pub struct Config {
     pub sweep_max_share: f64,
     /// Under `serve`, the watcher lag above which `/health` answers 503.
     pub watch_max_lag_seconds: u64,
+    /// Sentinels to find the master through (empty: none).
+    pub redis_sentinels: Vec<String>,
+    pub redis_sentinel_master: String,
     /// How long a Redis request on one node may go unanswered.
     pub redis_timeout_seconds: u64,
     /// Write even under an `allkeys-*` eviction policy (see `sink::acl`).
@@ -150,9 +153,9 @@ fn secret_param(name: &str) -> bool {
     ["pass", "secret", "token", "authmechanismproperties"].iter().any(|s| name.contains(s))
 }
 
-/// Parses `host:port,host:port` (blank: none); an IPv6 host may come
-/// with or without brackets (`[::1]:7000`, `::1:7000`).
-fn cluster_nodes(text: &str) -> Result<Vec<String>, ConfigError> {
+/// Parses `host:port,host:port` (blank: none) for `setting`; an IPv6
+/// host may come with or without brackets (`[::1]:7000`, `::1:7000`).
+fn host_ports(text: &str, setting: &'static str) -> Result<Vec<String>, ConfigError> {
     let mut nodes = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let valid = part.rsplit_once(':').is_some_and(|(host, port)| {
@@ -160,7 +163,7 @@ fn cluster_nodes(text: &str) -> Result<Vec<String>, ConfigError> {
         });
         if !valid {
             return Err(invalid(
-                "REDIS_CLUSTER_NODES",
+                setting,
                 part,
                 "use host:port pairs separated by commas, such as 10.0.0.2:6379,10.0.0.3:6379",
             ));
@@ -329,7 +332,15 @@ impl Config {
         if let Some(db) = raw.redis_db.filter(|db| !(0..=1_000_000).contains(db)) {
             return Err(invalid("REDIS_DB", db, "use a database number such as 0"));
         }
-        let redis_cluster_nodes = cluster_nodes(raw.redis_cluster_nodes.as_deref().unwrap_or(""))?;
+        let redis_cluster_nodes = host_ports(raw.redis_cluster_nodes.as_deref().unwrap_or(""), "REDIS_CLUSTER_NODES")?;
+        let redis_sentinels = host_ports(raw.redis_sentinels.as_deref().unwrap_or(""), "REDIS_SENTINELS")?;
+        if !redis_sentinels.is_empty() && (raw.redis_cluster == Some(true) || !redis_cluster_nodes.is_empty()) {
+            return Err(invalid(
+                "REDIS_SENTINELS",
+                redis_sentinels.join(","),
+                "Sentinel and Redis Cluster exclude each other: unset REDIS_SENTINELS or the cluster settings",
+            ));
+        }
         if raw.redis_cluster == Some(false) && !redis_cluster_nodes.is_empty() {
             return Err(invalid(
                 "REDIS_CLUSTER_NODES",
@@ -421,6 +432,8 @@ impl Config {
             redis_tls,
             redis_cluster: raw.redis_cluster,
             redis_allow_eviction: raw.redis_allow_eviction.unwrap_or(false),
+            redis_sentinels,
+            redis_sentinel_master: raw.redis_sentinel_master.unwrap_or_else(|| "mymaster".into()),
             redis_timeout_seconds: positive(raw.redis_timeout_seconds, "CACHEWRIGHT_REDIS_TIMEOUT_SECONDS")?,
             redis_cluster_nodes,
             prefix,

@@ -258,6 +258,15 @@ settings! {
         help: "Write even when Redis may evict any key (maxmemory-policy allkeys-*), which can evict the lease, epoch and pending records",
         hint: "use true or false",
     }
+    redis_sentinels: String {
+        env: "REDIS_SENTINELS", key: "redis_sentinels", default: "", shown: "",
+        help: "Sentinels as host:port,host:port: the master comes from them and is followed across fail-overs (REDIS_URL gives scheme, user, password, database)",
+        hint: "use host:port pairs separated by commas, such as 10.0.0.5:26379,10.0.0.6:26379",
+    }
+    redis_sentinel_master: String {
+        env: "REDIS_SENTINEL_MASTER", key: "redis_sentinel_master", default: "mymaster", shown: "",
+        help: "The master name the sentinels monitor", hint: "",
+    }
     redis_cluster_nodes: String {
         env: "REDIS_CLUSTER_NODES", key: "redis_cluster_nodes", default: "", shown: "",
         help: "More cluster seed nodes as host:port,host:port (REDIS_URL's scheme, user and password)",

@@ -23,13 +23,15 @@ pub enum Access {
 }
 
 /// The commands every cachewright connection may send: reads, `SCAN`
-/// for the sweep, `INFO` for memory and restarts, `MEMORY USAGE` for
+/// for the sweep, `INFO` for memory and restarts, `ROLE` to check the
+/// master Sentinel names, `MEMORY USAGE` for
 /// `memory`; on a Redis Cluster, the slot map (`CLUSTER SLOTS`), moving
 /// slots (`CLUSTER NODES`) and `ASKING` to follow a slot being moved.
 const READ: &[&str] = &[
     "ping",
     "echo",
     "info",
+    "role",
     "scan",
     "type",
     "ttl",
@@ -122,6 +124,7 @@ fn probes(cfg: &Config, access: Access) -> Vec<Probe> {
     let mut all = vec![
         p(&["PING"]),
         p(&["INFO", "server"]),
+        p(&["ROLE"]),
         p(&["SCAN", "0", "MATCH", &format!("{}*", cfg.prefix), "COUNT", "1"]),
         p(&["TYPE", &data]),
         p(&["TTL", &data]),
@@ -219,9 +222,9 @@ impl Sink {
                 let infos = self.text_of_each(&masters, redis::cmd("INFO").arg("memory")).await?;
                 masters.into_iter().zip(infos).collect()
             }
-            super::RedisConn::Single(_) => {
+            super::RedisConn::Single(_) | super::RedisConn::Sentinel(_) => {
                 let info = self.info_field("memory", "maxmemory_policy").await?.unwrap_or_default();
-                let node = self.client.get_connection_info().addr().to_string();
+                let node = self.node_client().get_connection_info().addr().to_string();
                 vec![(node, format!("maxmemory_policy:{info}"))]
             }
         };

@@ -112,6 +112,37 @@ pub fn stage_key(status_prefix: &str, slot: u16, nonce: u64) -> String {
     slot_key(status_prefix, &format!("stage:{nonce:016x}:"), slot)
 }
 
+/// The end both write scripts share: the commands from `ARGV[first]` on,
+/// each as its argument count and its arguments. Every size guard
+/// (`SIZEIS key size-command n`, see [`SIZE_GUARD`]) is checked before
+/// any command runs; a key whose size is not `n` fails the whole step
+/// with `STAGELOST`. Then the other commands run in order.
+macro_rules! run_commands {
+    ($first:literal) => {
+        concat!(
+            "local first = ",
+            $first,
+            "
+local i = first
+while i <= #ARGV do
+  local n = tonumber(ARGV[i])
+  if ARGV[i + 1] == 'SIZEIS' then
+    local found = redis.call(ARGV[i + 3], ARGV[i + 2])
+    if found ~= tonumber(ARGV[i + 4]) then return redis.error_reply('STAGELOST ' .. ARGV[i + 2] .. ' holds ' .. found) end
+  end
+  i = i + n + 1
+end
+i = first
+while i <= #ARGV do
+  local n = tonumber(ARGV[i])
+  if ARGV[i + 1] ~= 'SIZEIS' then redis.call(unpack(ARGV, i + 1, i + n)) end
+  i = i + n + 1
+end
+return 1"
+        )
+    };
+}
+
 /// Runs one slot's part of a batch atomically: with a non-empty epoch in
 /// `ARGV[1]`, only while `KEYS[1]` (the slot's epoch copy) holds exactly
 /// that epoch. The slot's probe is among the keys (see [`probe_key`]).
@@ -126,7 +157,8 @@ pub fn stage_key(status_prefix: &str, slot: u16, nonce: u64) -> String {
 /// how a stage's rename carries its size check into the same atomic step
 /// (see `stage.rs`). On one node the same script runs inside the fenced
 /// `MULTI`/`EXEC`, unfenced (`ARGV[1]` empty).
-pub const WRITE_SCRIPT: &str = "\
+pub const WRITE_SCRIPT: &str = concat!(
+    "\
 if ARGV[1] ~= '' then
   local e = redis.call('GET', KEYS[1])
   if e ~= ARGV[1] then
@@ -134,22 +166,9 @@ if ARGV[1] ~= '' then
     return redis.error_reply('EPOCHLOW ' .. (e or 'none'))
   end
 end
-local i = 2
-while i <= #ARGV do
-  local n = tonumber(ARGV[i])
-  if ARGV[i + 1] == 'SIZEIS' then
-    local found = redis.call(ARGV[i + 3], ARGV[i + 2])
-    if found ~= tonumber(ARGV[i + 4]) then return redis.error_reply('STAGELOST ' .. ARGV[i + 2] .. ' holds ' .. found) end
-  end
-  i = i + n + 1
-end
-i = 2
-while i <= #ARGV do
-  local n = tonumber(ARGV[i])
-  if ARGV[i + 1] ~= 'SIZEIS' then redis.call(unpack(ARGV, i + 1, i + n)) end
-  i = i + n + 1
-end
-return 1";
+",
+    run_commands!("2")
+);
 
 /// The name of the size guard the write scripts know (see
 /// [`WRITE_SCRIPT`]); Redis itself has no such command.
@@ -174,7 +193,8 @@ pub const SIZE_GUARD: &str = "SIZEIS";
 /// is refused; an earlier one lands before the new leader's writes, as
 /// with per-slot checks. Undeclared keys of several slots of one node are
 /// allowed to a script without flags (Redis 6 and 7, Valkey).
-pub const GROUP_SCRIPT: &str = "\
+pub const GROUP_SCRIPT: &str = concat!(
+    "\
 local epoch, n = ARGV[1], tonumber(ARGV[3])
 for i = 4, 3 + n do
   local probe = redis.pcall('EXISTS', ARGV[i])
@@ -187,22 +207,9 @@ if epoch ~= '' then
     return redis.error_reply('EPOCHLOW ' .. (e or 'none'))
   end
 end
-local i, last = 4 + n, #ARGV
-while i <= last do
-  local c = tonumber(ARGV[i])
-  if ARGV[i + 1] == 'SIZEIS' then
-    local found = redis.call(ARGV[i + 3], ARGV[i + 2])
-    if found ~= tonumber(ARGV[i + 4]) then return redis.error_reply('STAGELOST ' .. ARGV[i + 2] .. ' holds ' .. found) end
-  end
-  i = i + c + 1
-end
-i = 4 + n
-while i <= last do
-  local c = tonumber(ARGV[i])
-  if ARGV[i + 1] ~= 'SIZEIS' then redis.call(unpack(ARGV, i + 1, i + c)) end
-  i = i + c + 1
-end
-return 1";
+",
+    run_commands!("4 + n")
+);
 
 /// Raises an epoch copy to `ARGV[1]` unless it already holds more.
 pub const RAISE_SCRIPT: &str = "\

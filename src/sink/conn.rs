@@ -4,6 +4,7 @@
 //! slots move).
 
 use super::router::Router;
+use super::sentinel::Sentinel;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use std::sync::Arc;
@@ -16,11 +17,21 @@ const SPREAD: usize = 64;
 pub enum RedisConn {
     Single(ConnectionManager),
     Cluster(Arc<Router>),
+    /// One master found through Sentinel, followed across fail-overs.
+    Sentinel(Arc<Sentinel>),
 }
 
 impl RedisConn {
     pub fn is_cluster(&self) -> bool {
         matches!(self, RedisConn::Cluster(_))
+    }
+
+    /// After a failed request: behind Sentinel, asks the sentinels where
+    /// the master is now (the next attempt goes there).
+    pub async fn follow_fail_over(&self) {
+        if let RedisConn::Sentinel(sentinel) = self {
+            let _ = sentinel.refresh().await;
+        }
     }
 
     /// A cluster connection through the node at `url` (no TLS), for
@@ -37,6 +48,7 @@ impl ConnectionLike for RedisConn {
         match self {
             RedisConn::Single(c) => c.req_packed_command(cmd),
             RedisConn::Cluster(router) => Box::pin(router.request(cmd)),
+            RedisConn::Sentinel(sentinel) => Box::pin(sentinel.request(cmd)),
         }
     }
 
@@ -54,6 +66,7 @@ impl ConnectionLike for RedisConn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             RedisConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Sentinel(sentinel) => Box::pin(sentinel.pipeline(pipeline, offset, count)),
             RedisConn::Cluster(router) if offset == 0 && count == pipeline.len() => {
                 Box::pin(spread(router.clone(), pipeline))
             }
@@ -71,6 +84,7 @@ impl ConnectionLike for RedisConn {
         match self {
             RedisConn::Single(c) => c.get_db(),
             RedisConn::Cluster(_) => 0,
+            RedisConn::Sentinel(sentinel) => sentinel.db(),
         }
     }
 }

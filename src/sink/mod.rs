@@ -12,6 +12,7 @@ mod pipeline;
 pub mod reporter;
 mod retry;
 mod router;
+mod sentinel;
 mod stage;
 mod state;
 mod sweep;
@@ -116,9 +117,30 @@ pub fn is_retriable(err: &redis::RedisError) -> bool {
         || err.is_connection_refusal()
         || err.is_timeout()
         || matches!(
-            err.code(),
-            Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN" | "MOVED" | "ASK")
+            error_code(err).as_deref(),
+            Some(
+                "LOADING"
+                    | "BUSY"
+                    | "TRYAGAIN"
+                    | "MASTERDOWN"
+                    | "READONLY"
+                    | "CLUSTERDOWN"
+                    | "MOVED"
+                    | "ASK"
+                    | "NOREPLICAS"
+            )
         )
+}
+
+/// The error code of a reply (`READONLY`, `NOREPLICAS`, …); for a
+/// pipeline or transaction, of its first failed command (the driver
+/// knows some codes by kind only, and others not at all).
+pub fn error_code(err: &redis::RedisError) -> Option<String> {
+    if let Some(code) = err.code() {
+        return Some(code.to_string());
+    }
+    let failed = err.clone().into_server_errors()?;
+    failed.first().map(|(_, server)| server.code().to_string())
 }
 
 /// Whether a failed request may still have reached Redis and run, or
@@ -249,6 +271,25 @@ async fn connect_cluster(cfg: &Config) -> Result<router::Router, SinkError> {
         .map_err(connect_error(cfg))
 }
 
+/// Finds the master `REDIS_SENTINEL_MASTER` through `REDIS_SENTINELS`,
+/// with `REDIS_URL`'s scheme, user, password, database and TLS.
+async fn connect_sentinel(cfg: &Config) -> Result<sentinel::Sentinel, SinkError> {
+    let (template, certificates) = connection_info(cfg, &cfg.redis_url)?;
+    let scheme = if cfg.redis_url.starts_with("rediss://") { "rediss" } else { "redis" };
+    let connect = sentinel::Sentinel::connect(sentinel::Setup {
+        sentinels: cfg.redis_sentinels.clone(),
+        name: cfg.redis_sentinel_master.clone(),
+        template,
+        certificates,
+        scheme,
+        response_timeout: Duration::from_secs(cfg.redis_timeout_seconds),
+    });
+    tokio::time::timeout(Duration::from_secs(30), connect)
+        .await
+        .map_err(|_| connect_error(cfg)(timed_out()))?
+        .map_err(connect_error(cfg))
+}
+
 fn timed_out() -> redis::RedisError {
     redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, "connection timed out"))
 }
@@ -258,7 +299,9 @@ impl Sink {
     pub async fn connect(cfg: &Config) -> Result<Sink, SinkError> {
         let connect_err = connect_error(cfg);
         let client = client(cfg)?;
-        let conn = if cluster_mode(cfg, &client).await? {
+        let conn = if !cfg.redis_sentinels.is_empty() {
+            RedisConn::Sentinel(std::sync::Arc::new(connect_sentinel(cfg).await?))
+        } else if cluster_mode(cfg, &client).await? {
             RedisConn::Cluster(std::sync::Arc::new(connect_cluster(cfg).await?))
         } else {
             RedisConn::Single(Sink::connect_single(cfg, &client).await?)
@@ -277,6 +320,12 @@ impl Sink {
         };
         if sink.is_cluster() {
             sink.unit_cost /= cluster::SCRIPT_BUDGET_DIVISOR;
+        }
+        if matches!(sink.conn, RedisConn::Sentinel(_)) {
+            // A fail-over behind Sentinel refuses writes for seconds (the
+            // old master demoted, the new one waiting for a replica under
+            // `min-replicas-to-write`): retries span about 30 s.
+            sink.retry = RetryPolicy { attempts: 12, ..RetryPolicy::default() };
         }
         redis::cmd("PING").query_async::<()>(&mut sink.conn).await.map_err(connect_err)?;
         if sink.is_cluster() {
@@ -355,9 +404,13 @@ impl Sink {
     }
 
     /// A plain client of `REDIS_URL`'s node (pub/sub works through any
-    /// node of a cluster).
-    pub fn node_client(&self) -> &redis::Client {
-        &self.client
+    /// node of a cluster); behind Sentinel, of the master as last
+    /// resolved.
+    pub fn node_client(&self) -> redis::Client {
+        match &self.conn {
+            RedisConn::Sentinel(sentinel) => sentinel.client(),
+            _ => self.client.clone(),
+        }
     }
 
     /// Writes one batch atomically (MULTI/EXEC), retrying retriable
@@ -443,6 +496,7 @@ impl Sink {
                     // restart: a retry that took the next of them would
                     // fail again, so every retry starts on a new one.
                     self.exclusive.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                    self.conn.follow_fail_over().await;
                     if is_ambiguous(&err) {
                         self.raise_own_epoch(fence, epoch).await?;
                     }
@@ -532,7 +586,7 @@ impl Sink {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(5)))
             .set_response_timeout(Some(self.timeout));
-        let mut conn = self.client.get_multiplexed_async_connection_with_config(&config).await?;
+        let mut conn = self.node_client().get_multiplexed_async_connection_with_config(&config).await?;
         let (current,): (Option<u64>,) = redis::pipe()
             .cmd("WATCH")
             .arg(&fence.key)
@@ -570,6 +624,11 @@ impl Sink {
     pub async fn run_id(&self) -> Result<String, SinkError> {
         if self.is_cluster() {
             return self.cluster_run_ids().await;
+        }
+        // Behind Sentinel, the master is whichever node the sentinels
+        // name now; a fail-over shows as a new run_id.
+        if let RedisConn::Sentinel(sentinel) = &self.conn {
+            sentinel.refresh_now().await.map_err(|source| SinkError::Scan { attempts: 1, source })?;
         }
         let conn = &self.conn;
         let info: String = self

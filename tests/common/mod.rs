@@ -222,6 +222,20 @@ pub async fn expected_render(cfg: &Config) -> String {
     render::render_ops(&run.ops).replace(&cfg.prefix, "app:")
 }
 
+/// Panics with a diff unless the cache under `cfg`'s prefix at `url`
+/// (every master of a cluster) equals a fresh full rebuild.
+pub async fn assert_exact_at(url: &str, cfg: &Config) {
+    let actual = render_dump(&dump(url, &cfg.prefix).await, &cfg.prefix);
+    let expected = expected_render(cfg).await;
+    if actual != expected {
+        let diff = similar::TextDiff::from_lines(&expected, &actual);
+        panic!(
+            "the cache differs from a fresh rebuild (- rebuild, + cache):\n{}",
+            diff.unified_diff().context_radius(1)
+        );
+    }
+}
+
 /// A database and prefix of this test's own, loaded with the edge-case
 /// fixtures and rebuilt once into Redis.
 pub async fn edge_case_cache(tag: &str) -> Config {

@@ -443,3 +443,127 @@ impl RedisCluster {
         self.wait_ok();
     }
 }
+
+/// A master, one replica and three sentinels watching them under the
+/// name `mymaster`, for fail-overs an operator causes.
+pub struct SentinelSet {
+    pub master: Redis,
+    pub replica: Redis,
+    pub sentinel_ports: Vec<u16>,
+    sentinels: Vec<Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl SentinelSet {
+    pub fn start() -> SentinelSet {
+        // As the deployment guide asks: a master that has lost its
+        // replica (an old master after a fail-over, before the sentinels
+        // demote it) refuses writes, which would otherwise be lost.
+        let safe = || ["--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"].map(String::from).to_vec();
+        let master = Redis::start_with(safe());
+        let mut replica_args = vec!["--replicaof".into(), "127.0.0.1".into(), master.port.to_string()];
+        replica_args.extend(safe());
+        let replica = Redis::start_with(replica_args);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bin = binary("redis-server", "REDIS_SERVER_BIN", "apt-get install -y redis-server");
+        let mut sentinels = Vec::new();
+        let mut sentinel_ports = Vec::new();
+        for i in 0..3 {
+            let port = free_port();
+            // Sentinel rewrites its configuration file: one each.
+            let conf = dir.path().join(format!("sentinel{i}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                     sentinel monitor mymaster 127.0.0.1 {master} 2\n\
+                     sentinel down-after-milliseconds mymaster 2000\n\
+                     sentinel failover-timeout mymaster 10000\n\
+                     sentinel parallel-syncs mymaster 1\n",
+                    dir = dir.path().display(),
+                    master = master.port
+                ),
+            )
+            .expect("write sentinel.conf");
+            let child = Command::new(&bin)
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server --sentinel failed to start");
+            watchdog(child.id());
+            wait_listening(port, "redis sentinel");
+            sentinels.push(child);
+            sentinel_ports.push(port);
+        }
+        let set = SentinelSet { master, replica, sentinel_ports, sentinels, _dir: dir };
+        set.wait_ready();
+        set
+    }
+
+    /// `REDIS_SENTINELS` for this set.
+    pub fn sentinels(&self) -> Vec<String> {
+        self.sentinel_ports.iter().map(|p| format!("127.0.0.1:{p}")).collect()
+    }
+
+    fn sentinel_cli(&self, port: u16, args: &[&str]) -> String {
+        let bin = binary("redis-cli", "REDIS_CLI_BIN", "apt-get install -y redis-tools");
+        let out = Command::new(bin).args(["-p", &port.to_string()]).args(args).output().expect("redis-cli runs");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    /// Waits until the replica is in sync and every sentinel knows it and
+    /// the other sentinels (a fail-over needs both).
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let ready = self.sentinel_ports.iter().all(|&p| {
+                let replicas = self.sentinel_cli(p, &["SENTINEL", "replicas", "mymaster"]);
+                let sentinels = self.sentinel_cli(p, &["SENTINEL", "sentinels", "mymaster"]);
+                replicas.contains(&self.replica.port.to_string())
+                    && sentinels.matches("127.0.0.1").count() >= 2
+                    && !replicas.contains("s_down")
+            });
+            let synced =
+                self.sentinel_cli(self.replica.port, &["INFO", "replication"]).contains("master_link_status:up");
+            if ready && synced {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the sentinels did not become ready within 60 s");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The port of the node the sentinels name as master now.
+    pub fn master_port(&self) -> u16 {
+        let out = self.sentinel_cli(self.sentinel_ports[0], &["SENTINEL", "get-master-addr-by-name", "mymaster"]);
+        out.lines().nth(1).and_then(|p| p.trim().parse().ok()).expect("a master address")
+    }
+
+    /// `SENTINEL FAILOVER`, then waits until the other node is master,
+    /// says so itself, and the sentinels agree.
+    pub fn fail_over(&self) -> u16 {
+        let before = self.master_port();
+        let out = self.sentinel_cli(self.sentinel_ports[0], &["SENTINEL", "FAILOVER", "mymaster"]);
+        assert!(out.contains("OK"), "SENTINEL FAILOVER: {out}");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let now = self.master_port();
+            if now != before && self.sentinel_cli(now, &["ROLE"]).starts_with("master") {
+                return now;
+            }
+            assert!(Instant::now() < deadline, "the fail-over did not complete within 60 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for SentinelSet {
+    fn drop(&mut self) {
+        for child in &mut self.sentinels {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! Redis behind Sentinel: the master's address comes from the sentinels
+//! (`SENTINEL get-master-addr-by-name`), and is asked again whenever the
+//! master stops answering as a master.
+//!
+//! After a fail-over the old master is demoted to a replica: Sentinel
+//! kills its clients, and a write that still reaches it is refused with
+//! `READONLY`. Either way the request fails, this connection asks the
+//! sentinels for the new master (checking with `ROLE` that it is one,
+//! since a sentinel may still name the old one for a moment), reconnects,
+//! and sends the request again, for a bounded time. Fenced writes use
+//! connections of their own from [`Sentinel::client`], which always
+//! points at the master last resolved; their retries go through
+//! [`Sentinel::refresh`] too (see `Sink::send_fenced`).
+//!
+//! Nothing else changes: a fail-over promotes another server, whose
+//! `run_id` differs, so a rebuild that spans it is redone and the watcher
+//! reloads its state, as after a restart; fencing works as on one node.
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, ErrorKind, Pipeline, RedisResult, Value};
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+/// How long a request keeps following fail-overs before it gives up: a
+/// manual fail-over takes a second or two, an automatic one
+/// `down-after-milliseconds` plus an election.
+const FOLLOW_FOR: Duration = Duration::from_secs(30);
+const PAUSE: Duration = Duration::from_millis(200);
+
+/// The master as last resolved.
+struct Master {
+    addr: String,
+    client: redis::Client,
+    conn: ConnectionManager,
+}
+
+/// Where the sentinels are and how to reach the data nodes they name.
+pub struct Setup {
+    pub sentinels: Vec<String>,
+    /// The master's name at the sentinels.
+    pub name: String,
+    /// Scheme, user, password, database and TLS for the data nodes.
+    pub template: redis::ConnectionInfo,
+    pub certificates: Option<redis::TlsCertificates>,
+    pub scheme: &'static str,
+    pub response_timeout: Duration,
+}
+
+pub struct Sentinel {
+    setup: Setup,
+    master: RwLock<Master>,
+    refreshing: tokio::sync::Mutex<Instant>,
+}
+
+/// Whether `err` says the node is no longer (or not yet) a usable master.
+fn is_fail_over(err: &redis::RedisError) -> bool {
+    err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || err.is_timeout()
+        || matches!(super::error_code(err).as_deref(), Some("READONLY" | "LOADING" | "MASTERDOWN" | "NOREPLICAS"))
+}
+
+impl Sentinel {
+    /// Asks the sentinels for the master and connects to it.
+    pub async fn connect(setup: Setup) -> RedisResult<Sentinel> {
+        let resolved = resolve(&setup, "").await?;
+        let (addr, client, conn) = resolved.expect("no master is known yet, so any is new");
+        Ok(Sentinel {
+            setup,
+            master: RwLock::new(Master { addr, client, conn }),
+            refreshing: tokio::sync::Mutex::new(Instant::now()),
+        })
+    }
+
+    /// A client of the master as last resolved.
+    pub fn client(&self) -> redis::Client {
+        self.master.read().unwrap_or_else(|e| e.into_inner()).client.clone()
+    }
+
+    /// The master's `host:port` as last resolved.
+    pub fn master_addr(&self) -> String {
+        self.master.read().unwrap_or_else(|e| e.into_inner()).addr.clone()
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.master.read().unwrap_or_else(|e| e.into_inner()).conn.clone()
+    }
+
+    /// Asks the sentinels again (once per pause, however many requests
+    /// failed together) and reconnects when the master moved.
+    pub async fn refresh(&self) -> RedisResult<()> {
+        self.refresh_if(|last| last.elapsed() >= PAUSE).await
+    }
+
+    /// Asks the sentinels now which node is master, following it when it
+    /// moved. A run asks before it trusts its writes (see `Sink::run_id`):
+    /// during a fail-over the old master still answers as a master for a
+    /// moment, and what it accepts then is lost when it is demoted, so
+    /// only the sentinels' word tells the run it wrote to the wrong node.
+    pub async fn refresh_now(&self) -> RedisResult<()> {
+        self.refresh_if(|_| true).await
+    }
+
+    async fn refresh_if(&self, due: impl FnOnce(&Instant) -> bool) -> RedisResult<()> {
+        let mut last = self.refreshing.lock().await;
+        if !due(&last) {
+            return Ok(());
+        }
+        let current = self.master_addr();
+        let resolved = resolve(&self.setup, &current).await;
+        *last = Instant::now();
+        let Some((addr, client, conn)) = resolved? else { return Ok(()) };
+        let mut master = self.master.write().unwrap_or_else(|e| e.into_inner());
+        tracing::warn!(from = %master.addr, to = %addr, master = %self.setup.name, "Redis master failed over; following it");
+        *master = Master { addr, client, conn };
+        Ok(())
+    }
+
+    /// Runs `send` on the master, following fail-overs for a bounded time.
+    async fn follow<T, F, Fut>(&self, mut send: F) -> RedisResult<T>
+    where
+        F: FnMut(ConnectionManager) -> Fut,
+        Fut: std::future::Future<Output = RedisResult<T>>,
+    {
+        let started = Instant::now();
+        loop {
+            let err = match send(self.conn()).await {
+                Ok(value) => return Ok(value),
+                Err(err) if is_fail_over(&err) && started.elapsed() < FOLLOW_FOR => err,
+                Err(err) => return Err(err),
+            };
+            tracing::debug!(error = %err, "Redis master not answering as a master; asking the sentinels");
+            tokio::time::sleep(PAUSE).await;
+            let _ = self.refresh().await;
+        }
+    }
+
+    pub async fn request(&self, cmd: &Cmd) -> RedisResult<Value> {
+        self.follow(|mut conn| async move { conn.req_packed_command(cmd).await }).await
+    }
+
+    pub async fn pipeline(&self, pipeline: &Pipeline, offset: usize, count: usize) -> RedisResult<Vec<Value>> {
+        self.follow(|mut conn| async move { conn.req_packed_commands(pipeline, offset, count).await }).await
+    }
+
+    pub fn db(&self) -> i64 {
+        self.setup.template.redis_settings().db()
+    }
+}
+
+/// The master's address from the first sentinel that knows it and whose
+/// answer is a master indeed (`ROLE`), connected; `None` when it is
+/// `known` (the master already connected to).
+async fn resolve(setup: &Setup, known: &str) -> RedisResult<Option<(String, redis::Client, ConnectionManager)>> {
+    use redis::IntoConnectionInfo;
+    let Setup { sentinels, name, template, certificates, scheme, response_timeout } = setup;
+    let mut last: Option<redis::RedisError> = None;
+    for sentinel in sentinels {
+        let asked = async {
+            // Sentinels speak plain RESP without the data nodes' user.
+            let client = redis::Client::open(format!("redis://{sentinel}"))?;
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            let reply: Option<(String, u16)> =
+                redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(name).query_async(&mut conn).await?;
+            let Some((host, port)) = reply else {
+                return Err(redis::RedisError::from((
+                    ErrorKind::Client,
+                    "this sentinel does not monitor the master",
+                    name.to_string(),
+                )));
+            };
+            let addr = super::cluster::node_addr(&host, port);
+            if addr == known {
+                return Ok(None);
+            }
+            let info = format!("{scheme}://{addr}")
+                .into_connection_info()?
+                .set_redis_settings(template.redis_settings().clone());
+            let client = match certificates {
+                None => redis::Client::open(info)?,
+                Some(certificates) => redis::Client::build_with_tls(info, certificates.clone())?,
+            };
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(5)))
+                .set_response_timeout(Some(*response_timeout))
+                .set_number_of_retries(1);
+            let mut conn = ConnectionManager::new_with_config(client.clone(), config).await?;
+            let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut conn).await?;
+            let is_master = matches!(role.first(), Some(Value::BulkString(r)) if r == b"master");
+            if !is_master {
+                return Err(redis::RedisError::from((
+                    ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+                    "the sentinel named a node that is not a master (yet)",
+                    addr,
+                )));
+            }
+            Ok(Some((addr, client, conn)))
+        };
+        match tokio::time::timeout(Duration::from_secs(5), asked).await {
+            Ok(Ok(found)) => return Ok(found),
+            Ok(Err(err)) => last = Some(err),
+            Err(_) => last = Some((ErrorKind::Io, "a sentinel did not answer in time").into()),
+        }
+    }
+    Err(last.unwrap_or_else(|| (ErrorKind::Io, "no sentinel given").into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fail_over_states_are_followed() {
+        let server = |kind| redis::RedisError::from((ErrorKind::Server(kind), "from the server"));
+        assert!(is_fail_over(&server(redis::ServerErrorKind::ReadOnly)));
+        assert!(is_fail_over(&server(redis::ServerErrorKind::BusyLoading)));
+        assert!(is_fail_over(&server(redis::ServerErrorKind::MasterDown)));
+        assert!(is_fail_over(&redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset))));
+        assert!(!is_fail_over(&server(redis::ServerErrorKind::NoScript)));
+        assert!(!is_fail_over(&redis::RedisError::from((ErrorKind::Client, "bad"))));
+    }
+}

@@ -1,0 +1,106 @@
+//! Redis behind Sentinel: one master, one replica and three sentinels.
+//! An operator's `SENTINEL FAILOVER` during a rebuild and while the
+//! watcher applies changes; each ends by comparing the cache on the new
+//! master with a fresh full rebuild.
+
+mod common;
+
+use cachewright::config::Config;
+use cachewright::progress::Progress;
+use cachewright::rebuild::{RebuildOptions, rebuild_with_retries};
+use common::servers::SentinelSet;
+use std::time::Duration;
+
+/// Only one sentinel set at a time: fail-overs are slow enough without
+/// two competing for the cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn sentinel_config(set: &SentinelSet, name: &str) -> Config {
+    // REDIS_URL names the master at start; it gives the scheme and
+    // credentials, the sentinels give the address.
+    let mut cfg = common::config(&common::shared().mongo.uri(), &set.master.url(), name);
+    cfg.redis_sentinels = set.sentinels();
+    cfg
+}
+
+async fn assert_exact_on(port: u16, cfg: &Config) {
+    common::assert_exact_at(&format!("redis://127.0.0.1:{port}"), cfg).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_fail_over_mid_rebuild_is_followed_and_the_cache_is_exact() {
+    let _serial = SERIAL.lock().await;
+    let set = tokio::task::block_in_place(SentinelSet::start);
+    let mut cfg = sentinel_config(&set, &common::unique("sentrebuild"));
+    cfg.write_batch_ops = 100;
+    common::generate(&cfg, 10_000, 51).await;
+
+    let run = {
+        let cfg = cfg.clone();
+        tokio::spawn(async move { rebuild_with_retries(&cfg, &RebuildOptions::full(), &Progress::hidden(), 4).await })
+    };
+    let details = format!("{}video:detail:*", cfg.prefix);
+    let old = set.master_port();
+    common::wait_for("the rebuild to be mid-way", Duration::from_secs(120), || async {
+        common::count_keys(&format!("redis://127.0.0.1:{old}"), &details).await >= 500
+    })
+    .await;
+    let new = tokio::task::block_in_place(|| set.fail_over());
+    assert_ne!(new, old);
+    let summary = run.await.unwrap().expect("the rebuild follows the fail-over");
+    assert!(summary.written_total() > 0);
+    assert_exact_on(new, &cfg).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_fail_over_while_watching_is_followed_and_the_cache_is_exact() {
+    let _serial = SERIAL.lock().await;
+    let set = tokio::task::block_in_place(SentinelSet::start);
+    let cfg = sentinel_config(&set, &common::unique("sentwatch"));
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    let watcher = common::watcher::start_streaming(&cfg).await;
+    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let tags = source.database().collection::<mongodb::bson::Document>("Tag");
+    let change = move |i: usize| {
+        let tags = tags.clone();
+        async move {
+            tags.insert_one(
+                mongodb::bson::doc! { "_id": format!("sentinel-tag-{i}"), "name": format!("sentinel tag {i}") },
+            )
+            .await
+            .unwrap();
+        }
+    };
+    for i in 0..5 {
+        change(i).await;
+    }
+    let old = set.master_port();
+    common::wait_for("the watcher to apply the first changes", Duration::from_secs(30), || async {
+        let url = format!("redis://127.0.0.1:{old}");
+        common::render_dump(&common::dump(&url, &cfg.prefix).await, &cfg.prefix) == common::expected_render(&cfg).await
+    })
+    .await;
+
+    // Changes keep coming while the master fails over.
+    let during = {
+        let change = change.clone();
+        tokio::spawn(async move {
+            for i in 5..40 {
+                change(i).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let new = tokio::task::block_in_place(|| set.fail_over());
+    during.await.unwrap();
+    for i in 40..45 {
+        change(i).await;
+    }
+    common::wait_for("the watcher to follow the new master", Duration::from_secs(60), || async {
+        let url = format!("redis://127.0.0.1:{new}");
+        common::render_dump(&common::dump(&url, &cfg.prefix).await, &cfg.prefix) == common::expected_render(&cfg).await
+    })
+    .await;
+    watcher.stop().await;
+    assert_exact_on(new, &cfg).await;
+}

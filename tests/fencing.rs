@@ -130,7 +130,12 @@ async fn a_dropped_rebuild_leaves_no_lease_behind() {
         let cfg = cfg.clone();
         tokio::spawn(async move { rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await })
     };
-    wait_until(60, "the run took the lease", || async { get(&s.redis.url(), &lock).await.is_some() }).await;
+    let took = wait_until(60, "the run took the lease", || async { get(&s.redis.url(), &lock).await.is_some() });
+    let mut run = run;
+    tokio::select! {
+        ended = &mut run => panic!("the run ended before its lease was seen: {ended:?}"),
+        () = took => {}
+    }
     // Cancelled as a job is when its task is dropped (shutdown timeout,
     // a paused watcher): the lease goes with it.
     run.abort();

@@ -59,6 +59,10 @@ pub struct Redis {
     /// Arguments beyond port and persistence (TLS, ACL users).
     extra: Vec<String>,
     tls: bool,
+    /// Its own working directory: a replica (or a master serving one)
+    /// writes an RDB file there, which a server started later in a
+    /// shared directory would load (stale keys, and `LOADING` at start).
+    dir: tempfile::TempDir,
 }
 
 impl Redis {
@@ -69,7 +73,7 @@ impl Redis {
     /// A Redis with extra arguments, such as `--user` rules.
     pub fn start_with(extra: Vec<String>) -> Redis {
         let port = free_port();
-        let mut redis = Redis { port, child: None, extra, tls: false };
+        let mut redis = Redis { port, child: None, extra, tls: false, dir: tempfile::tempdir().expect("temp dir") };
         redis.launch();
         redis
     }
@@ -103,7 +107,7 @@ impl Redis {
             "yes".into(),
         ];
         extra.extend(more);
-        let mut redis = Redis { port, child: None, extra, tls: true };
+        let mut redis = Redis { port, child: None, extra, tls: true, dir: tempfile::tempdir().expect("temp dir") };
         redis.launch();
         redis
     }
@@ -113,6 +117,8 @@ impl Redis {
         let port = if self.tls { "0".to_string() } else { self.port.to_string() };
         let child = Command::new(bin)
             .args(["--port", &port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -10,6 +10,6 @@ set -eu
 umask 077
 cat >/tmp/users.acl <<ACL
 user default on >${REDIS_ADMIN_PASSWORD} ~* &* +@all
-user cachewright reset on >${REDIS_CACHEWRIGHT_PASSWORD} ~app:* ~cachewright:* &cachewright:progress:* -@all +ping +echo +info +scan +type +ttl +exists +get +smembers +lrange +zrange +llen +scard +zcard +hgetall +memory|usage +subscribe +psubscribe +unsubscribe +punsubscribe +select +cluster|slots +cluster|nodes +asking +set +del +unlink +expire +sadd +srem +smove +rpush +zadd +rename +hset +hincrby +incr +multi +exec +discard +watch +unwatch +eval +evalsha +script|load +publish
+user cachewright reset on >${REDIS_CACHEWRIGHT_PASSWORD} ~app:* ~cachewright:* &cachewright:progress:* -@all +ping +echo +info +role +scan +type +ttl +exists +get +smembers +lrange +zrange +llen +scard +zcard +hgetall +memory|usage +subscribe +psubscribe +unsubscribe +punsubscribe +select +cluster|slots +cluster|nodes +asking +set +del +unlink +expire +sadd +srem +smove +rpush +zadd +rename +hset +hincrby +incr +multi +exec +discard +watch +unwatch +eval +evalsha +script|load +publish
 ACL
 exec redis-server --save "" --appendonly no --aclfile /tmp/users.acl

@@ -223,9 +223,13 @@ impl Sink {
                 masters.into_iter().zip(infos).collect()
             }
             super::RedisConn::Single(_) | super::RedisConn::Sentinel(_) => {
-                let info = self.info_field("memory", "maxmemory_policy").await?.unwrap_or_default();
-                let node = self.node_client().get_connection_info().addr().to_string();
-                vec![(node, format!("maxmemory_policy:{info}"))]
+                let mut conn = self.connection();
+                let info: String = redis::cmd("INFO")
+                    .arg("memory")
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|source| SinkError::Scan { attempts: 1, source })?;
+                vec![(self.node_client().get_connection_info().addr().to_string(), info)]
             }
         };
         for (node, info) in infos {

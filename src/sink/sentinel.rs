@@ -16,7 +16,7 @@
 //! `run_id` differs, so a rebuild that spans it is redone and the watcher
 //! reloads its state, as after a restart; fencing works as on one node.
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{Cmd, ErrorKind, Pipeline, RedisResult, Value};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
@@ -49,7 +49,16 @@ pub struct Setup {
 pub struct Sentinel {
     setup: Setup,
     master: RwLock<Master>,
-    refreshing: tokio::sync::Mutex<Instant>,
+    /// Held while the sentinels are asked: one question at a time.
+    asking: tokio::sync::Mutex<Asking>,
+}
+
+/// When the sentinels were last asked, and a connection to each kept
+/// from then on: `Sink::run_id` asks before every watcher batch, which
+/// must not cost a new connection each time.
+struct Asking {
+    at: Instant,
+    conns: Vec<Option<MultiplexedConnection>>,
 }
 
 /// Whether `err` says the node is no longer (or not yet) a usable master.
@@ -64,12 +73,13 @@ fn is_fail_over(err: &redis::RedisError) -> bool {
 impl Sentinel {
     /// Asks the sentinels for the master and connects to it.
     pub async fn connect(setup: Setup) -> RedisResult<Sentinel> {
-        let resolved = resolve(&setup, "").await?;
+        let mut asking = Asking { at: Instant::now(), conns: vec![None; setup.sentinels.len()] };
+        let resolved = resolve(&setup, &mut asking.conns, "").await?;
         let (addr, client, conn) = resolved.expect("no master is known yet, so any is new");
         Ok(Sentinel {
             setup,
             master: RwLock::new(Master { addr, client, conn }),
-            refreshing: tokio::sync::Mutex::new(Instant::now()),
+            asking: tokio::sync::Mutex::new(asking),
         })
     }
 
@@ -103,13 +113,13 @@ impl Sentinel {
     }
 
     async fn refresh_if(&self, due: impl FnOnce(&Instant) -> bool) -> RedisResult<()> {
-        let mut last = self.refreshing.lock().await;
-        if !due(&last) {
+        let mut asking = self.asking.lock().await;
+        if !due(&asking.at) {
             return Ok(());
         }
         let current = self.master_addr();
-        let resolved = resolve(&self.setup, &current).await;
-        *last = Instant::now();
+        let resolved = resolve(&self.setup, &mut asking.conns, &current).await;
+        asking.at = Instant::now();
         let Some((addr, client, conn)) = resolved? else { return Ok(()) };
         let mut master = self.master.write().unwrap_or_else(|e| e.into_inner());
         tracing::warn!(from = %master.addr, to = %addr, master = %self.setup.name, "Redis master failed over; following it");
@@ -151,16 +161,28 @@ impl Sentinel {
 
 /// The master's address from the first sentinel that knows it and whose
 /// answer is a master indeed (`ROLE`), connected; `None` when it is
-/// `known` (the master already connected to).
-async fn resolve(setup: &Setup, known: &str) -> RedisResult<Option<(String, redis::Client, ConnectionManager)>> {
+/// `known` (the master already connected to). `kept` holds a connection
+/// per sentinel, made on first use and dropped when it fails.
+async fn resolve(
+    setup: &Setup,
+    kept: &mut [Option<MultiplexedConnection>],
+    known: &str,
+) -> RedisResult<Option<(String, redis::Client, ConnectionManager)>> {
     use redis::IntoConnectionInfo;
     let Setup { sentinels, name, template, certificates, scheme, response_timeout } = setup;
     let mut last: Option<redis::RedisError> = None;
-    for sentinel in sentinels {
+    for (sentinel, slot) in sentinels.iter().zip(kept.iter_mut()) {
         let asked = async {
-            // Sentinels speak plain RESP without the data nodes' user.
-            let client = redis::Client::open(format!("redis://{sentinel}"))?;
-            let mut conn = client.get_multiplexed_async_connection().await?;
+            let mut conn = match slot.clone() {
+                Some(conn) => conn,
+                None => {
+                    // Sentinels speak plain RESP without the data nodes' user.
+                    let conn =
+                        redis::Client::open(format!("redis://{sentinel}"))?.get_multiplexed_async_connection().await?;
+                    *slot = Some(conn.clone());
+                    conn
+                }
+            };
             let reply: Option<(String, u16)> =
                 redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(name).query_async(&mut conn).await?;
             let Some((host, port)) = reply else {
@@ -197,11 +219,13 @@ async fn resolve(setup: &Setup, known: &str) -> RedisResult<Option<(String, redi
             }
             Ok(Some((addr, client, conn)))
         };
-        match tokio::time::timeout(Duration::from_secs(5), asked).await {
+        let err = match tokio::time::timeout(Duration::from_secs(5), asked).await {
             Ok(Ok(found)) => return Ok(found),
-            Ok(Err(err)) => last = Some(err),
-            Err(_) => last = Some((ErrorKind::Io, "a sentinel did not answer in time").into()),
-        }
+            Ok(Err(err)) => err,
+            Err(_) => (ErrorKind::Io, "a sentinel did not answer in time").into(),
+        };
+        *slot = None;
+        last = Some(err);
     }
     Err(last.unwrap_or_else(|| (ErrorKind::Io, "no sentinel given").into()))
 }

@@ -308,6 +308,28 @@ async fn an_acquisition_sent_again_finds_the_lease_its_own() {
     assert_eq!(get(&s.redis.url(), &keys.rebuild_lock()).await, None);
 }
 
+/// A fenced writer of its own Redis, reached through a proxy: the
+/// command counts on the Redis are this test's alone.
+struct ProxiedWriter {
+    redis: common::servers::Redis,
+    proxy: Proxy,
+    cfg: Config,
+    lease: Lease,
+    fenced: cachewright::sink::Sink,
+}
+
+async fn proxied_writer(tag: &str, lease_ttl: Duration, tweak: impl FnOnce(&mut Config)) -> ProxiedWriter {
+    let redis = common::servers::Redis::start();
+    let proxy = Proxy::start(redis.port).await;
+    let mut cfg = common::config(&common::shared().mongo.uri(), &proxy.redis_url(), &common::unique(tag));
+    tweak(&mut cfg);
+    let keys = cachewright::keys::status::StatusKeys::new(cfg.status_prefix.clone());
+    let sink = cachewright::sink::Sink::connect(&cfg).await.unwrap();
+    let lease = Lease::acquire(sink.connection(), &keys, lease_ttl).await.unwrap();
+    let fenced = sink.fenced(lease.fence()).await.unwrap();
+    ProxiedWriter { redis, proxy, cfg, lease, fenced }
+}
+
 /// A writer that knows it lost its lease (here: not renewed for a whole
 /// TTL while the proxy stalled) does not fill a stage for a big key: the
 /// fill could never be renamed. It stops with `LeaseLost`, and Redis got
@@ -316,17 +338,8 @@ async fn an_acquisition_sent_again_finds_the_lease_its_own() {
 async fn a_writer_that_lost_its_lease_fills_no_stage() {
     use cachewright::plan::{Op, Value};
     use cachewright::registry::FamilyId;
-    let s = common::shared();
-    // A private Redis: the command counts below are this test's alone.
-    let redis = common::servers::Redis::start();
-    let proxy = Proxy::start(redis.port).await;
-    let name = common::unique("lostfill");
-    let mut cfg = common::config(&s.mongo.uri(), &proxy.redis_url(), &name);
-    cfg.write_batch_cost = 20_000;
-    let keys = cachewright::keys::status::StatusKeys::new(cfg.status_prefix.clone());
-    let sink = cachewright::sink::Sink::connect(&cfg).await.unwrap();
-    let lease = Lease::acquire(sink.connection(), &keys, Duration::from_secs(1)).await.unwrap();
-    let fenced = sink.clone().fenced(lease.fence()).await.unwrap();
+    let ProxiedWriter { redis, proxy, cfg, lease, fenced } =
+        proxied_writer("lostfill", Duration::from_secs(1), |cfg| cfg.write_batch_cost = 20_000).await;
     proxy.stall();
     wait_until(10, "the holder counts its lease lost", || async { !lease.fence().is_valid() }).await;
     proxy.resume();
@@ -350,17 +363,10 @@ async fn a_writer_that_lost_its_lease_fills_no_stage() {
 async fn a_write_delivered_after_its_timeout_and_retry_is_refused() {
     use cachewright::plan::{Op, Value};
     use cachewright::registry::FamilyId;
-    let s = common::shared();
-    let redis = common::servers::Redis::start();
-    let proxy = Proxy::start(redis.port).await;
-    let name = common::unique("late");
-    let mut cfg = common::config(&s.mongo.uri(), &proxy.redis_url(), &name);
-    cfg.redis_timeout_seconds = 1;
+    let ProxiedWriter { redis, proxy, cfg, lease, fenced } =
+        proxied_writer("late", Duration::from_secs(60), |cfg| cfg.redis_timeout_seconds = 1).await;
     let keys = cachewright::keys::status::StatusKeys::new(cfg.status_prefix.clone());
-    let sink = cachewright::sink::Sink::connect(&cfg).await.unwrap();
-    let lease = Lease::acquire(sink.connection(), &keys, Duration::from_secs(60)).await.unwrap();
     let epoch = lease.fence().epoch();
-    let fenced = sink.clone().fenced(lease.fence()).await.unwrap();
     let key = cachewright::keys::Keys::new(cfg.prefix.clone()).key(FamilyId::VideoDetail, &["v1"]);
     let put = |value: &str| Op { key: key.clone(), value: Value::String(value.to_string()) };
     fenced.write(&[put("{\"v\":\"warm\"}")]).await.expect("a first write arms a pooled connection");

@@ -788,3 +788,92 @@ async fn a_platform_backlog_on_a_cluster_stays_within_the_budget_and_equals_a_fu
     }
     assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 41).await;
 }
+
+/// Patches, on one node and on the cluster: once the watcher wrote a
+/// category's keys, later uploads into it change them in place (counted
+/// on `patched_keys`) and the cache equals a fresh rebuild. Then the
+/// category's list loses a member behind the watcher's back (an eviction,
+/// a stray client): the next patch's size guard refuses it, the batch is
+/// taken back and replayed with the key replaced whole, and the cache
+/// equals a fresh rebuild again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_patch_known_keys_and_a_drifted_key_is_replaced_whole() {
+    for setup in [Setup::OneNode, Setup::Cluster] {
+        patches_and_drift(setup).await;
+    }
+}
+
+async fn patches_and_drift(setup: Setup) {
+    let _serial = SERIAL.lock().await;
+    let s = common::shared();
+    let url = setup.redis_url();
+    let name = common::unique("watchpatch");
+    let prefix = format!("w{name}");
+    let cfg = config(&s.mongo.uri(), &url, &name, &prefix);
+    let mut d = data(&cfg, 51).await;
+    d.seed().await;
+    d.db.collection::<Document>("Category")
+        .insert_one(doc! {"_id": "pc", "name": "Patched", "seq": 1, "status": 1})
+        .await
+        .unwrap();
+    d.db.collection::<Document>("Tag")
+        .insert_one(doc! {"_id": "pt", "name": "Patched", "seq": 1, "status": 1, "categoryId": "pc"})
+        .await
+        .unwrap();
+    let videos = d.db.collection::<Document>("VideoMedia");
+    let upload = |i: i64| doc! {"_id": format!("p{i}"), "title": "p", "categoryIds": ["pc"], "tagIds": ["pt"], "listStatus": 1, "addedTime": DateTime::from_millis(1_700_000_000_000 + i * 1000)};
+    videos.insert_many((0..60).map(upload)).await.unwrap();
+    let watcher = start_streaming(&cfg).await;
+    d.settle(&url, &prefix).await;
+    let detail_of = |id: &str| format!("{prefix}:video:detail:{id}");
+    let applied = |key: String| {
+        let url = url.clone();
+        async move {
+            common::wait_for("the upload was applied", Duration::from_secs(60), || {
+                let (url, key) = (url.clone(), key.clone());
+                async move {
+                    let mut conn = common::redis_conn(&url).await;
+                    redis::cmd("EXISTS").arg(&key).query_async::<usize>(&mut conn).await.unwrap() == 1
+                }
+            })
+            .await
+        }
+    };
+    // The first upload finds the keys scanned, contents unknown: whole.
+    // The later ones (new, old and in between) are patches.
+    let patched = || watcher.metrics.patched_keys.load(std::sync::atomic::Ordering::Relaxed);
+    for (i, id) in [(100, "p100"), (101, "p101"), (-5, "p-5"), (30, "p30b")].into_iter().enumerate() {
+        let mut doc = upload(id.0);
+        doc.insert("_id", id.1);
+        videos.insert_one(doc).await.unwrap();
+        applied(detail_of(id.1)).await;
+        // The count moves just after the batch's last write lands.
+        let wanted = 3 * i as u64;
+        common::wait_for(&format!("upload {i} patched three keys"), Duration::from_secs(10), || async move {
+            patched() >= wanted
+        })
+        .await;
+    }
+    videos.delete_one(doc! {"_id": "p7"}).await.unwrap();
+    videos
+        .update_one(doc! {"_id": "p8"}, doc! {"$set": {"addedTime": DateTime::from_millis(1_800_000_000_000i64)}})
+        .await
+        .unwrap();
+    d.settle(&url, &prefix).await;
+    assert_eq!(watcher.metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 51).await;
+
+    // The drift: the list loses its last member behind the watcher's back.
+    let list = format!("{prefix}:video:category:list:pc");
+    let mut conn = common::redis_conn(&url).await;
+    let _: Option<String> = redis::cmd("RPOP").arg(&list).query_async(&mut conn).await.unwrap();
+    videos.insert_one(upload(200)).await.unwrap();
+    applied(detail_of("p200")).await;
+    d.settle(&url, &prefix).await;
+    let metrics = watcher.stop().await;
+    assert!(
+        metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed) >= 1,
+        "the patch over the drifted list was refused"
+    );
+    assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 52).await;
+}

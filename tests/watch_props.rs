@@ -208,6 +208,13 @@ fn write(store: &mut Store, change: &Change) {
         Change::Delete(key) => {
             store.remove(&key.text);
         }
+        // The store holds only what the engine wrote, so a patch that
+        // does not apply is a planning error.
+        Change::Patch(patch) => match patch.apply(store.get(&patch.key.text).map(|(c, _)| c.to_value())) {
+            Ok(Some(value)) => drop(store.insert(patch.key.text.clone(), (Content::from_value(&value), patch.tier()))),
+            Ok(None) => drop(store.remove(&patch.key.text)),
+            Err(err) => panic!("a patch did not apply: {err}"),
+        },
     }
 }
 
@@ -552,8 +559,27 @@ fn a_batch_visits_only_the_members_of_the_scopes_it_touched() {
     // in no channel, so no home section reads c1 either).
     let upload = doc! { "title": "new", "listStatus": 1, "categoryIds": ["c0"], "tagIds": ["t0"], "addedTime": DateTime::from_millis(1 << 40) };
     let plan = one_batch(&mut mongo, &mut state, &mut store, &[Step::Put(Coll::Video, 20, upload)]);
-    // c0's members and t0's (every c0 video carries t0), and the upload.
+    // c0's members and t0's (every c0 video carries t0), and the upload:
+    // the keys were scanned, so their contents are unknown and they are
+    // replaced whole.
     assert_eq!(plan.visited, 2 * (n + 1) + 1, "c0's and t0's members and the upload, never c1's");
+    // Now the watcher knows what they hold: the next upload is a patch of
+    // c0's index and list and of t0's list, visiting the upload alone.
+    let upload = doc! { "title": "newer", "listStatus": 1, "categoryIds": ["c0"], "tagIds": ["t0"], "addedTime": DateTime::from_millis(1 << 41) };
+    let plan = one_batch(&mut mongo, &mut state, &mut store, &[Step::Put(Coll::Video, 21, upload)]);
+    let patched: Vec<&str> = plan
+        .changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Patch(p) => Some(p.key.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(patched.len(), 3, "c0's index and list and t0's list are patched: {patched:?}");
+    assert_eq!(plan.visited, 3, "the upload, once per scope and once for its own keys");
+    // Deleting a video of c0 in the middle is a patch too.
+    let plan = one_batch(&mut mongo, &mut state, &mut store, &[Step::Delete(Coll::Video, 21)]);
+    assert!(plan.changes.iter().any(|c| matches!(c, Change::Patch(_))) && plan.visited <= 3, "{}", plan.visited);
     // A status flip of one video in c1: c1's members, and c1's first
     // 500 again for the channel's home section (visited once).
     let flip = doc! { "title": "x", "listStatus": 0, "categoryIds": ["c1"], "tagIds": ["t1"] };

@@ -4,11 +4,13 @@
 //! - [`channel`], [`category`], [`tag`]: the catalogue families;
 //! - [`video`]: the video families and `category:video:count`;
 //! - [`order`]: the contract's sort orders;
+//! - [`patch`]: the watcher's in-place edits of big collections;
 //! - [`text`]: JavaScript string rules (trim, lowercase).
 
 pub mod category;
 pub mod channel;
 pub mod order;
+pub mod patch;
 pub mod tag;
 pub mod text;
 pub mod video;
@@ -31,11 +33,11 @@ pub enum Value {
 
 /// The cost of one collection element beyond its bytes (see
 /// [`Value::cost`]); measured with `LATENCY HISTOGRAM exec` at 58K.
-const ELEMENT_COST: usize = 600;
+pub(crate) const ELEMENT_COST: usize = 600;
 
 /// The cost of a key beyond its value: the commands of its replace
 /// (`SET … EX`, or `DEL`, the adds and `EXPIRE`) and the key itself.
-const KEY_COST: usize = 2_000;
+pub(crate) const KEY_COST: usize = 2_000;
 
 impl Value {
     pub fn redis_type(&self) -> crate::registry::RedisType {
@@ -143,6 +145,9 @@ pub enum Change {
     Put(Op),
     /// The key must not exist.
     Delete(Key),
+    /// Edit the key in place (the watcher's few-member changes of a big
+    /// sorted set or list), in one atomic step.
+    Patch(patch::Patch),
 }
 
 impl Change {
@@ -150,6 +155,7 @@ impl Change {
         match self {
             Change::Put(op) => &op.key,
             Change::Delete(key) => key,
+            Change::Patch(patch) => &patch.key,
         }
     }
 
@@ -159,6 +165,7 @@ impl Change {
         match self {
             Change::Put(op) => op.cost(),
             Change::Delete(key) => key.text.len() + KEY_COST,
+            Change::Patch(patch) => patch.cost,
         }
     }
 }

@@ -293,6 +293,12 @@ impl Collector for WatchCollector {
             "Scope members the watcher's batch planning read: the members of the scopes the batches touched, and their videos",
             w.visited_videos.load(Ordering::Relaxed),
         )?;
+        counter(
+            &mut encoder,
+            "watch_patched_keys",
+            "Keys the watcher changed in place (the members that moved) instead of replacing them whole",
+            w.patched_keys.load(Ordering::Relaxed),
+        )?;
         let problems = w.problems.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut family = encoder.encode_descriptor(
             "changestream_rejected",

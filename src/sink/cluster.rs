@@ -116,7 +116,11 @@ pub fn stage_key(status_prefix: &str, slot: u16, nonce: u64) -> String {
 /// each as its argument count and its arguments. Every size guard
 /// (`SIZEIS key size-command n`, see [`SIZE_GUARD`]) is checked before
 /// any command runs; a key whose size is not `n` fails the whole step
-/// with `STAGELOST`. Then the other commands run in order.
+/// with `DRIFTED`. Then the other commands run in order. A patch's edit
+/// that finds its element missing (`ZREM`, `LREM`, a `LINSERT` pivot)
+/// stops the step with `DRIFTED` too: the key no longer holds what the
+/// writer knew, and the writer then replaces it whole (a patch's edits
+/// before it may have run; the key is rewritten either way).
 macro_rules! run_commands {
     ($first:literal) => {
         concat!(
@@ -128,14 +132,20 @@ while i <= #ARGV do
   local n = tonumber(ARGV[i])
   if ARGV[i + 1] == 'SIZEIS' then
     local found = redis.call(ARGV[i + 3], ARGV[i + 2])
-    if found ~= tonumber(ARGV[i + 4]) then return redis.error_reply('STAGELOST ' .. ARGV[i + 2] .. ' holds ' .. found) end
+    if found ~= tonumber(ARGV[i + 4]) then return redis.error_reply('DRIFTED ' .. ARGV[i + 2] .. ' holds ' .. found) end
   end
   i = i + n + 1
 end
 i = first
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
-  if ARGV[i + 1] ~= 'SIZEIS' then redis.call(unpack(ARGV, i + 1, i + n)) end
+  local name = ARGV[i + 1]
+  if name ~= 'SIZEIS' then
+    local r = redis.call(unpack(ARGV, i + 1, i + n))
+    if (name == 'LINSERT' and r <= 0) or (name == 'LREM' and r == 0) or (name == 'ZREM' and r < n - 2) then
+      return redis.error_reply('DRIFTED ' .. ARGV[i + 2] .. ' lacks an element of its ' .. name)
+    end
+  end
   i = i + n + 1
 end
 return 1"
@@ -153,7 +163,7 @@ return 1"
 ///
 /// A command named [`SIZE_GUARD`] (`SIZEIS key size-command n`) writes
 /// nothing: every guard is checked before any command runs, and a key
-/// whose size is not `n` fails the whole step with `STAGELOST`. That is
+/// whose size is not `n` fails the whole step with `DRIFTED`. That is
 /// how a stage's rename carries its size check into the same atomic step
 /// (see `stage.rs`). On one node the same script runs inside the fenced
 /// `MULTI`/`EXEC`, unfenced (`ARGV[1]` empty).
@@ -318,6 +328,21 @@ pub fn guarded_command(commands: &[Vec<&[u8]>]) -> redis::Cmd {
         }
     }
     cmd
+}
+
+/// Appends `step`'s commands to `pipe` as one atomic step with their
+/// size guards: on a cluster as they are (the slot's write script runs
+/// the guards), on one node inside one unfenced write script (the
+/// fenced transaction around it guards the epoch).
+pub fn add_guarded(pipe: &mut redis::Pipeline, step: &redis::Pipeline, on_cluster: bool) {
+    if on_cluster {
+        for cmd in step.cmd_iter() {
+            pipe.add_command(cmd.clone()).ignore();
+        }
+    } else {
+        let commands: Vec<Vec<&[u8]>> = step.cmd_iter().map(cmd_args).collect();
+        pipe.add_command(guarded_command(&commands)).ignore();
+    }
 }
 
 /// One slot's part of a batch: its commands in their original order,

@@ -92,6 +92,16 @@ pub enum SinkError {
 }
 
 impl SinkError {
+    /// Whether a guarded step found its key other than the writer knew
+    /// it (`DRIFTED`: a stage cut short, a patched key expired, evicted
+    /// or changed by someone else). The writer replaces such keys whole.
+    pub fn is_drift(&self) -> bool {
+        // By text too: the cluster path reports a slot script's error
+        // inside its own.
+        matches!(self, SinkError::Write { source, .. }
+            if error_code(source).as_deref() == Some("DRIFTED") || source.to_string().contains("DRIFTED "))
+    }
+
     pub fn is_retriable(&self) -> bool {
         match self {
             SinkError::Connect { cause: source, .. }
@@ -615,7 +625,7 @@ impl Sink {
 
     /// Appends `changes` with this sink's TTLs and jitter to `pipe`.
     fn add_changes<'a>(&self, pipe: &mut redis::Pipeline, changes: impl IntoIterator<Item = &'a crate::plan::Change>) {
-        pipeline::add_changes(pipe, changes, &self.ttl, self.jitter, rand::random::<f64>);
+        pipeline::add_changes(pipe, changes, &self.ttl, self.jitter, rand::random::<f64>, self.is_cluster());
     }
 
     /// The server's `run_id`, which changes when Redis restarts; on a

@@ -1,6 +1,7 @@
 //! Turns planned ops into one atomic Redis pipeline.
 
 use crate::config::TierSeconds;
+use crate::plan::patch::{Edit, Patch};
 use crate::plan::{Change, Op, Value};
 
 /// Members per variadic command, so no single command grows unbounded.
@@ -31,14 +32,16 @@ pub fn build_commands(ops: &[Op], ttl: &TierSeconds, jitter: f64, uniform: impl 
     pipe
 }
 
-/// Appends the watcher's incremental changes (whole replacements and
-/// deletions) to `pipe`, whose frame applies them all at once.
+/// Appends the watcher's incremental changes (whole replacements,
+/// deletions and patches) to `pipe`, whose frame applies them all at
+/// once. A patch is one guarded step (see [`add_patch`]).
 pub fn add_changes<'a>(
     pipe: &mut redis::Pipeline,
     changes: impl IntoIterator<Item = &'a Change>,
     ttl: &TierSeconds,
     jitter: f64,
     mut uniform: impl FnMut() -> f64,
+    on_cluster: bool,
 ) {
     for change in changes {
         match change {
@@ -46,8 +49,54 @@ pub fn add_changes<'a>(
             Change::Delete(key) => {
                 pipe.cmd("UNLINK").arg(&key.text).ignore();
             }
+            Change::Patch(patch) => {
+                let seconds = ttl_with_jitter(ttl.get(patch.tier()), jitter, uniform());
+                crate::sink::cluster::add_guarded(pipe, &patch_commands(patch, seconds), on_cluster);
+            }
         }
     }
+}
+
+/// A patch's commands: the size guard, the edits in order (runs of
+/// `ZREM` and of `ZADD` as one command each, at most [`CHUNK`] members),
+/// then the key's TTL, as a whole replace sets it. An emptied key is gone
+/// and its `EXPIRE` does nothing, as a rebuild writes no empty collection.
+pub fn patch_commands(patch: &Patch, seconds: u64) -> redis::Pipeline {
+    let key = patch.key.text.as_str();
+    let mut step = redis::pipe();
+    step.cmd(crate::sink::cluster::SIZE_GUARD).arg(key).arg(patch.size_command()).arg(patch.before);
+    let mut edits = patch.edits.iter().peekable();
+    while let Some(edit) = edits.next() {
+        match edit {
+            Edit::ZRem(first) => {
+                let cmd = step.cmd("ZREM").arg(key).arg(first);
+                let mut n = 1;
+                while n < CHUNK
+                    && let Some(Edit::ZRem(m)) = edits.peek()
+                {
+                    cmd.arg(m);
+                    edits.next();
+                    n += 1;
+                }
+            }
+            Edit::ZAdd(score, first) => {
+                let cmd = step.cmd("ZADD").arg(key).arg(*score).arg(first);
+                let mut n = 1;
+                while n < CHUNK
+                    && let Some(Edit::ZAdd(score, m)) = edits.peek()
+                {
+                    cmd.arg(*score).arg(m);
+                    edits.next();
+                    n += 1;
+                }
+            }
+            Edit::LRem(item) => drop(step.cmd("LREM").arg(key).arg(1).arg(item)),
+            Edit::LInsert { item, pivot } => drop(step.cmd("LINSERT").arg(key).arg("BEFORE").arg(pivot).arg(item)),
+            Edit::RPush(item) => drop(step.cmd("RPUSH").arg(key).arg(item)),
+        }
+    }
+    step.cmd("EXPIRE").arg(key).arg(seconds);
+    step
 }
 
 /// Appends the commands that replace every key of `ops` whole (see
@@ -150,7 +199,7 @@ mod tests {
         let ttl = TierSeconds { count: 1, index: 2, detail: 3, catalog: 4 };
         let mut pipe = redis::pipe();
         pipe.atomic();
-        add_changes(&mut pipe, &changes, &ttl, 0.0, || 0.0);
+        add_changes(&mut pipe, &changes, &ttl, 0.0, || 0.0, false);
         assert_in_order(
             &pipe,
             &["MULTI", "UNLINK $21 app:video:detail:gone", "SET $19 app:video:detail:v1 $2 {} $2 EX $1 3", "EXEC"],

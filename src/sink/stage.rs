@@ -24,7 +24,7 @@
 //!   size guard of the write script, see `cluster::WRITE_SCRIPT`): a stage
 //!   trimmed between the read-back and the rename (a fail-over to a
 //!   replica the whole fill had not reached, an AOF not yet synced, an
-//!   eviction) fails the step with `STAGELOST` before anything is
+//!   eviction) fails the step with `DRIFTED` before anything is
 //!   renamed. So does a stage that is gone: lost, or already renamed by
 //!   an attempt whose reply was lost. Either way the key is whole, old or
 //!   new, and the write starts over on a new stage.
@@ -77,7 +77,7 @@ pub fn fill(stage: &str, value: &Value, steps: &[Range<usize>]) -> redis::Pipeli
 
 /// Appends the last step: the stage becomes `key`, with `seconds` to
 /// live, only if it still holds `value`'s elements, all checked and done
-/// in one atomic step (`STAGELOST` otherwise). A cluster cuts the
+/// in one atomic step (`DRIFTED` otherwise). A cluster cuts the
 /// commands into its slot's write script; on one node they go into one
 /// unfenced write script inside the fenced transaction.
 pub fn add_swap(pipe: &mut redis::Pipeline, stage: &str, key: &str, value: &Value, seconds: u64, on_cluster: bool) {
@@ -85,14 +85,7 @@ pub fn add_swap(pipe: &mut redis::Pipeline, stage: &str, key: &str, value: &Valu
     swap.cmd(cluster::SIZE_GUARD).arg(stage).arg(size_command(value)).arg(size(value));
     swap.cmd("RENAME").arg(stage).arg(key);
     swap.cmd("EXPIRE").arg(key).arg(seconds);
-    if on_cluster {
-        for cmd in swap.cmd_iter() {
-            pipe.add_command(cmd.clone()).ignore();
-        }
-    } else {
-        let commands: Vec<Vec<&[u8]>> = swap.cmd_iter().map(cluster::cmd_args).collect();
-        pipe.add_command(cluster::guarded_command(&commands)).ignore();
-    }
+    cluster::add_guarded(pipe, &swap, on_cluster);
 }
 
 /// The size Redis reports for `value` once written: a list's length, a
@@ -124,7 +117,7 @@ fn size_command(value: &Value) -> &'static str {
 
 /// A rename refused because its stage is gone or short.
 fn stage_gone(err: &SinkError) -> bool {
-    matches!(err, SinkError::Write { source, .. } if source.to_string().contains("STAGELOST"))
+    err.is_drift()
 }
 
 impl Sink {

@@ -189,6 +189,8 @@ impl Engine<'_> {
         );
         match written {
             Ok(()) => {
+                let patched = plan.changes.iter().filter(|c| matches!(c, Change::Patch(_))).count();
+                self.metrics.patched_keys.fetch_add(patched as u64, std::sync::atomic::Ordering::Relaxed);
                 let videos: Vec<String> = applied.videos.keys().cloned().collect();
                 state.commit(applied, &self.ctx.keys, &plan.record);
                 Ok(videos)

@@ -46,6 +46,21 @@ impl Ordered {
     fn iter(&self) -> std::slice::Iter<'_, Ranked> {
         self.0.iter()
     }
+
+    /// Where `item` sits, or would (0: first), and the members after it.
+    fn after(&self, item: &Ranked) -> (usize, std::slice::Iter<'_, Ranked>) {
+        match self.0.binary_search(item) {
+            Ok(at) => (at, self.0[at + 1..].iter()),
+            Err(at) => (at, self.0[at..].iter()),
+        }
+    }
+}
+
+/// A scope's members after a rank: where the rank sits, then the members.
+pub type After<'a> = (usize, std::iter::Map<std::slice::Iter<'a, Ranked>, fn(&Ranked) -> (i64, &Wid)>);
+
+fn unrank(r: &Ranked) -> (i64, &Wid) {
+    (r.0.0, &r.1)
 }
 
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -121,6 +136,23 @@ impl Members {
         sym.and_then(|s| self.by_category.get(&s)).into_iter().flat_map(Ordered::iter).map(|(added, w)| (added.0, w))
     }
 
+    /// How many active videos reference category `sym`.
+    pub fn count_of_category(&self, sym: Option<Sym>) -> usize {
+        sym.and_then(|s| self.by_category.get(&s)).map_or(0, |o| o.0.len())
+    }
+
+    /// Where a video ranked `(added, written)` sits, or would, among
+    /// category `sym`'s members, and the members after it: what a patch
+    /// of the category's list inserts before, found without a walk.
+    pub fn after_in_category(&self, sym: Sym, added: i64, written: &Wid) -> After<'_> {
+        after(self.by_category.get(&sym), added, written)
+    }
+
+    /// The same among tag `sym`'s members.
+    pub fn after_in_tag(&self, sym: Sym, added: i64, written: &Wid) -> After<'_> {
+        after(self.by_tag.get(&sym), added, written)
+    }
+
     /// Whether the video (with its `addedTime`) references category `sym`.
     pub fn in_category(&self, sym: Option<Sym>, added: i64, written: &Wid) -> bool {
         let Some(set) = sym.and_then(|s| self.by_category.get(&s)) else { return false };
@@ -176,6 +208,15 @@ impl Members {
     }
 }
 
+fn after<'a>(scope: Option<&'a Ordered>, added: i64, written: &Wid) -> After<'a> {
+    const NONE: &[Ranked] = &[];
+    let (at, rest) = match scope {
+        Some(scope) => scope.after(&(Reverse(added), written.clone())),
+        None => (0, NONE.iter()),
+    };
+    (at, rest.map(unrank as fn(&Ranked) -> (i64, &Wid)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,6 +262,20 @@ mod tests {
         assert_eq!(texts(newest(&[C1, C2], 10).into_iter().map(|(_, w)| w)), ["a", "b", "c", "d"]);
         assert_eq!(newest(&[C1, C2, 99], 2).iter().map(|(added, _)| *added).collect::<Vec<_>>(), [9, 8]);
         assert!(m.newest_of([], 5).is_empty());
+    }
+
+    #[test]
+    fn what_comes_after_a_rank_is_found_whether_it_is_filed_or_not() {
+        let mut m = Members::default();
+        for (w, added) in [("a", 9), ("b", 8), ("c", 7)] {
+            m.insert(&Wid::new(w), &view(added, &[C1], &[T1]));
+        }
+        let next = |(at, mut rest): After<'_>| (at, rest.next().map(|(_, w)| w.text()));
+        assert_eq!(next(m.after_in_category(C1, 8, &Wid::new("b"))), (1, Some("c".into())));
+        assert_eq!(next(m.after_in_category(C1, 8, &Wid::new("a0"))), (1, Some("b".into())));
+        assert_eq!(next(m.after_in_tag(T1, 7, &Wid::new("c"))), (2, None));
+        assert_eq!(next(m.after_in_tag(T2, 7, &Wid::new("c"))), (0, None));
+        assert_eq!((m.count_of_category(Some(C1)), m.count_of_category(Some(C2))), (3, 0));
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub struct WatchMetrics {
     /// scopes they touched and their videos (never a walk over the whole
     /// catalogue).
     pub visited_videos: AtomicU64,
+    /// Keys the batches changed in place (see `watch::delta`) instead of
+    /// replacing them whole.
+    pub patched_keys: AtomicU64,
     /// When the heartbeat was last written (unix seconds).
     pub last_heartbeat: AtomicU64,
     /// True once the streams are open and events are being applied.
@@ -180,6 +183,7 @@ impl WatchMetrics {
             "rebuilds_triggered": load(&self.rebuilds),
             "stream_errors": load(&self.stream_errors),
             "failed_batches": load(&self.failed_batches),
+            "patched_keys": load(&self.patched_keys),
             "rejected": load(&self.rejected),
             "problems": self.problems_json(),
             "lag_ms": load(&self.lag_ms),

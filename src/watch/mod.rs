@@ -22,6 +22,7 @@
 
 mod batch;
 pub mod compact;
+pub mod delta;
 mod engine;
 mod load;
 pub mod members;
@@ -301,6 +302,15 @@ pub async fn run_fenced(
             // Redis or MongoDB trouble mid-batch: nothing was saved for the
             // batch, so reopening from the saved tokens replays it.
             let outcome = match outcome {
+                // A patched key held other than the state knew (it expired
+                // or was evicted, or someone else wrote it): the batch was
+                // taken back and its keys count as unknown, so the replay
+                // replaces them whole.
+                Err(WatchError::Sink(err)) if err.is_drift() => {
+                    metrics.failed_batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::warn!(error = %err, "a key drifted from what the watcher knew; rewriting it whole");
+                    Ok(Some(Restart::Reopen))
+                }
                 Err(WatchError::Sink(err)) if err.is_retriable() => {
                     metrics.failed_batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::warn!(error = %err, "redis failed while applying changes");

@@ -8,10 +8,12 @@
 //! ([`super::members`]), what the rebuild's index planner lists for it
 //! (the property test compares every batch with a full rebuild).
 
-use super::compact::Wid;
-use super::state::{Applied, Record, Scopes, State};
+use super::compact::{Sym, Wid};
+use super::delta::{self, Deltas};
+use super::state::{Applied, Held, Record, Scopes, State};
 use crate::model::catalog::Catalog;
 use crate::model::report::RefReport;
+use crate::plan::patch::Patch;
 use crate::plan::video::{Member, Selection, distinct, plan_selected, resolve};
 use crate::plan::{self, Change, FamilySet, Op, PlanCtx, Value};
 use crate::registry::{FamilyId, HomeSectionKind};
@@ -122,6 +124,9 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     // catch-up, which recomputes them once instead of in every batch.
     let dirty = if state.catching_up { Scopes::default() } else { state.dirty.clone() };
     let Scopes { categories: mut cats, mut tags, mut channels, mut videos, memberships: mut flipped } = dirty;
+    // Tags whose list an earlier batch may have left half-written, or
+    // whose catalogue side changed, are replaced whole.
+    let mut whole_tags = tags.clone();
     tags.extend(applied.tags.iter().cloned());
     channels.extend(applied.channels.iter().cloned());
 
@@ -139,6 +144,7 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         for id in old_tags.keys().chain(new_tags.keys()) {
             if old_tags.get(id) != new_tags.get(id) {
                 tags.insert(id.to_string());
+                whole_tags.insert(id.to_string());
             }
         }
         for id in old_channels.keys().chain(new_channels.keys()) {
@@ -152,6 +158,7 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     cats.extend(flipped.iter().cloned());
     for tag in catalog.tags.iter().filter(|t| flipped.contains(&t.category_id)) {
         tags.insert(tag.id.clone());
+        whole_tags.insert(tag.id.clone());
     }
     for c in &flipped {
         videos.extend(state.members.of_category(state.syms.get(c)).map(Wid::text));
@@ -209,12 +216,17 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         videos: Some(videos.iter().cloned().collect()),
     };
     let mut ops = plan_homes(state, ctx, &channels);
-    ops.extend(plan_scopes(state, ctx, &cats, &tags, &mut out.visited));
+    let whole_cats: BTreeSet<String> = state.dirty.categories.union(&flipped).cloned().collect();
+    let whole = Whole { all: state.catching_up || state.replayed, cats: &whole_cats, tags: &whole_tags };
+    let deltas = Deltas::new(state, applied);
+    let scoped = plan_scopes(state, ctx, (&cats, &tags), &whole, &deltas, &mut out.visited);
+    ops.extend(scoped.ops);
     if !sel.is_empty() {
         let walk = |f: &mut dyn FnMut(Member<'_>)| out.visited += visit(state, catalog, &sel, f);
         ops.extend(plan_selected(walk, catalog, ctx, &sel));
     }
-    let planned: HashSet<String> = ops.iter().map(|op| op.key.text.clone()).collect();
+    let mut planned: HashSet<String> = ops.iter().map(|op| op.key.text.clone()).collect();
+    planned.extend(scoped.kept);
     let tracked = super::state::tracked_families();
     for op in ops {
         // A scope's key whose value is what this process last wrote
@@ -224,8 +236,20 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         if d.is_some() && state.existing.digest(&op.key.text) == d {
             continue;
         }
-        out.record.written.push((op.key.text.clone(), d));
+        let held = d.map(|d| Held { digest: Some(d), size: op.value.elements() });
+        out.record.written.push((op.key.text.clone(), held));
         out.changes.push(Change::Put(op));
+    }
+    for (patch, size) in scoped.patches {
+        // Never also deleted: an emptied key is gone by the patch itself
+        // (an `UNLINK` in another transaction of the batch could land
+        // first and fail the patch's guard).
+        planned.insert(patch.key.text.clone());
+        match size {
+            0 => out.record.deleted.push(patch.key.text.clone()),
+            size => out.record.written.push((patch.key.text.clone(), Some(Held { digest: None, size }))),
+        }
+        out.changes.push(Change::Patch(patch));
     }
 
     // Keys of the affected scopes that the new state no longer has. A
@@ -270,48 +294,174 @@ fn scoped_by_tag(ctx: &PlanCtx, key: &str) -> bool {
     ctx.keys.classify(key).is_some_and(|f| registry.family(f).scope.contains(&crate::registry::Scope::Tag))
 }
 
-/// The keys of the selected categories and tags over the new catalogue,
-/// read off their ordered members (what a full rebuild lists, in its
-/// order): an active category's count, index and list are its members;
-/// an active tag's list is those of its members that are also members of
+/// Which scopes are replaced whole instead of patched: all of them while
+/// the streams catch up with a load (the state is ahead of the cache),
+/// and the categories and tags whose catalogue side changed or that an
+/// earlier batch may have left half-written.
+struct Whole<'a> {
+    all: bool,
+    cats: &'a BTreeSet<String>,
+    tags: &'a BTreeSet<String>,
+}
+
+/// The planned keys of the touched categories and tags.
+#[derive(Default)]
+struct ScopePlan {
+    /// Keys replaced whole.
+    ops: Vec<Op>,
+    /// Keys patched, each with its size after (0: the patch empties it,
+    /// and Redis drops it).
+    patches: Vec<(Patch, usize)>,
+    /// Keys of patched scopes that stay as they are, or are patched.
+    kept: Vec<String>,
+}
+
+/// The keys of the selected categories and tags over the new catalogue:
+/// patched from the members that moved when the cache is known to hold
+/// what the state held before the batch ([`super::delta`]), else read
+/// off their ordered members (what a full rebuild lists, in its order):
+/// an active category's count, index and list are its members; an
+/// active tag's list is those of its members that are also members of
 /// the tag's category, when that category is active. Counts the members
 /// read into `visited`.
 fn plan_scopes(
     state: &State,
     ctx: &PlanCtx,
-    cats: &BTreeSet<String>,
-    tags: &BTreeSet<String>,
+    (cats, tags): (&BTreeSet<String>, &BTreeSet<String>),
+    whole: &Whole<'_>,
+    deltas: &Deltas<'_>,
     visited: &mut usize,
-) -> Vec<Op> {
-    let (catalog, members) = (&state.catalog, &state.members);
-    let mut out = Vec::new();
+) -> ScopePlan {
+    let catalog = &state.catalog;
+    let mut out = ScopePlan::default();
     for cat in catalog.categories.iter().filter(|c| c.active && cats.contains(&c.id)) {
-        let scored: Vec<(i64, String)> =
-            members.ranked_of_category(state.syms.get(&cat.id)).map(|(added, w)| (added, w.text())).collect();
-        *visited += scored.len();
-        let id = [cat.id.as_str()];
-        ctx.emit(&mut out, FamilyId::CategoryVideoCount, &id, Value::String(scored.len().to_string()));
-        if ctx.families.contains(FamilyId::VideoCategoryList) {
-            let ids = scored.iter().map(|(_, w)| w.clone()).collect();
-            ctx.emit(&mut out, FamilyId::VideoCategoryList, &id, Value::List(ids));
+        if whole.all || whole.cats.contains(&cat.id) || !patch_category(state, ctx, &cat.id, deltas, visited, &mut out)
+        {
+            whole_category(state, ctx, &cat.id, visited, &mut out.ops);
         }
-        ctx.emit(&mut out, FamilyId::VideoCategoryIndex, &id, Value::Zset(scored));
     }
     if !ctx.families.contains(FamilyId::VideoTagList) {
         return out;
     }
     for tag in catalog.tags.iter().filter(|t| t.active && tags.contains(&t.id)) {
         let Some(owner) = catalog.active_category(&tag.category_id) else { continue };
+        let args = [tag.category_id.as_str(), tag.id.as_str()];
         let owner = state.syms.get(&owner.id);
-        let ids: Vec<String> = members
-            .ranked_of_tag(state.syms.get(&tag.id))
-            .inspect(|_| *visited += 1)
-            .filter(|(added, w)| members.in_category(owner, *added, w))
-            .map(|(_, w)| w.text())
-            .collect();
-        ctx.emit(&mut out, FamilyId::VideoTagList, &[&tag.category_id, &tag.id], Value::List(ids));
+        if whole.all || whole.tags.contains(&tag.id) || !patch_tag(state, ctx, &args, owner, deltas, visited, &mut out)
+        {
+            let members = &state.members;
+            let ids: Vec<String> = members
+                .ranked_of_tag(state.syms.get(&tag.id))
+                .inspect(|_| *visited += 1)
+                .filter(|(added, w)| members.in_category(owner, *added, w))
+                .map(|(_, w)| w.text())
+                .collect();
+            ctx.emit(&mut out.ops, FamilyId::VideoTagList, &args, Value::List(ids));
+        }
     }
     out
+}
+
+/// An active category's count, index and list, whole.
+fn whole_category(state: &State, ctx: &PlanCtx, id: &str, visited: &mut usize, out: &mut Vec<Op>) {
+    let scored: Vec<(i64, String)> =
+        state.members.ranked_of_category(state.syms.get(id)).map(|(added, w)| (added, w.text())).collect();
+    *visited += scored.len();
+    let id = [id];
+    ctx.emit(out, FamilyId::CategoryVideoCount, &id, Value::String(scored.len().to_string()));
+    if ctx.families.contains(FamilyId::VideoCategoryList) {
+        let ids = scored.iter().map(|(_, w)| w.clone()).collect();
+        ctx.emit(out, FamilyId::VideoCategoryList, &id, Value::List(ids));
+    }
+    ctx.emit(out, FamilyId::VideoCategoryIndex, &id, Value::Zset(scored));
+}
+
+/// Patches an active category's index and list, and sets its count when
+/// it moved. `false` (nothing planned) when a key's contents are not
+/// known or a patch would not pay: the caller replaces them whole.
+fn patch_category(
+    state: &State,
+    ctx: &PlanCtx,
+    id: &str,
+    deltas: &Deltas<'_>,
+    visited: &mut usize,
+    out: &mut ScopePlan,
+) -> bool {
+    let sym = state.syms.get(id);
+    let moves = deltas.category(sym);
+    let now = state.members.count_of_category(sym);
+    let Some(before) = moves.size_before(now) else { return false };
+    let families = [FamilyId::VideoCategoryIndex, FamilyId::VideoCategoryList];
+    let keys: Vec<_> =
+        families.iter().filter(|f| ctx.families.contains(**f)).map(|f| ctx.keys.key(*f, &[id])).collect();
+    // A key written whole or patched since the last load or job, whose
+    // size agrees with the members: the cache holds the members before.
+    if before == 0 || keys.iter().any(|k| state.existing.size(&k.text) != Some(before)) {
+        return false;
+    }
+    let count_key = ctx.keys.key(FamilyId::CategoryVideoCount, &[id]).text;
+    if moves.is_empty() {
+        out.kept.extend(keys.into_iter().map(|k| k.text).chain([count_key]));
+        return true;
+    }
+    *visited += moves.left.len() + moves.joined.len();
+    let mut patches = Vec::new();
+    for key in keys {
+        let patch = match key.family {
+            FamilyId::VideoCategoryIndex => delta::zset_patch(key.clone(), before, &moves),
+            _ => {
+                let sym = sym.expect("a category with members is referenced");
+                let after =
+                    |added, w: &Wid| delta::next_kept(state.members.after_in_category(sym, added, w), |_, _| true);
+                delta::list_patch(key.clone(), before, &moves, after)
+            }
+        };
+        match patch {
+            Some(patch) => patches.push(patch),
+            None => return false,
+        }
+    }
+    out.patches.extend(patches.into_iter().map(|p| (p, now)));
+    if now != before {
+        ctx.emit(&mut out.ops, FamilyId::CategoryVideoCount, &[id], Value::String(now.to_string()));
+    } else {
+        out.kept.push(count_key);
+    }
+    true
+}
+
+/// Patches a tag list (`args`: its category and tag) whose category
+/// `owner` is active. `false` as for [`patch_category`].
+fn patch_tag(
+    state: &State,
+    ctx: &PlanCtx,
+    args: &[&str; 2],
+    owner: Option<Sym>,
+    deltas: &Deltas<'_>,
+    visited: &mut usize,
+    out: &mut ScopePlan,
+) -> bool {
+    let key = ctx.keys.key(FamilyId::VideoTagList, args);
+    let Some(before) = state.existing.size(&key.text).filter(|n| *n > 0) else { return false };
+    let sym = state.syms.get(args[1]);
+    let moves = deltas.tag(sym, owner);
+    if moves.is_empty() {
+        out.kept.push(key.text);
+        return true;
+    }
+    let (Some(sym), Some(owner)) = (sym, owner) else { return false };
+    let Some(now) = (before + moves.joined.len()).checked_sub(moves.left.len()) else { return false };
+    *visited += moves.left.len() + moves.joined.len();
+    let members = &state.members;
+    let in_owner = |added, w: &Wid| members.in_category(Some(owner), added, w);
+    let after = |added, w: &Wid| delta::next_kept(members.after_in_tag(sym, added, w), in_owner);
+    match delta::list_patch(key, before, &moves, after) {
+        Some(patch) => {
+            out.patches.push((patch, now));
+            true
+        }
+        None => false,
+    }
 }
 
 /// The home sections of the selected channels: per section the newest
@@ -371,7 +521,7 @@ fn plan_catalog_diff(state: &State, ctx: &PlanCtx, out: &mut BatchPlan) {
         let d = digest(&op.value);
         planned.insert(op.key.text.clone());
         if state.existing.digest(&op.key.text) != Some(d) {
-            out.record.written.push((op.key.text.clone(), Some(d)));
+            out.record.written.push((op.key.text.clone(), Some(Held { digest: Some(d), size: op.value.elements() })));
             out.changes.push(Change::Put(op));
         }
     }

@@ -85,10 +85,21 @@ pub struct Existing {
     pub by_channel: HashMap<String, BTreeSet<String>>,
     /// Catalogue-family keys.
     pub catalog: std::collections::HashSet<String>,
-    /// The digest of what this process last wrote to a tracked key, while
-    /// it is known: a load, a job or a failed batch leaves it unknown, and
-    /// the key is then written whatever its value.
-    pub digests: HashMap<String, u128>,
+    /// What this process knows a tracked key holds: the value the state
+    /// derives for it (as of the last committed batch), of this size,
+    /// and when the last write was whole, that value's digest. A load, a
+    /// job or a failed batch leaves it unknown; the key is then written
+    /// whole whatever its value, and only a known key is patched.
+    pub held: HashMap<String, Held>,
+}
+
+/// What a tracked key is known to hold (see [`Existing::held`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    /// The digest of the value, when it was last written whole.
+    pub digest: Option<u128>,
+    /// Its elements (a string: none).
+    pub size: usize,
 }
 
 /// The families [`Existing`] tracks: all but those scoped by video,
@@ -99,19 +110,20 @@ pub fn tracked_families() -> crate::plan::FamilySet {
 }
 
 impl Existing {
-    /// Files a key under its scope; keys of untracked families are ignored.
-    pub fn insert(&mut self, keys: &Keys, key: &str, digest: Option<u128>) {
-        self.file(keys, key, Some(digest));
+    /// Files a key under its scope, with what it holds when known; keys
+    /// of untracked families are ignored.
+    pub fn insert(&mut self, keys: &Keys, key: &str, held: Option<Held>) {
+        self.file(keys, key, Some(held));
     }
 
     pub fn remove(&mut self, keys: &Keys, key: &str) {
         self.file(keys, key, None);
     }
 
-    /// Files (`Some(digest)`) or unfiles (`None`) a key under the scopes
-    /// its family declares (see [`Scope`]): a `global` key by itself with
-    /// its digest, an entity-scoped one under each entity it names.
-    fn file(&mut self, keys: &Keys, key: &str, add: Option<Option<u128>>) {
+    /// Files (`Some(held)`) or unfiles (`None`) a key under the scopes
+    /// its family declares (see [`Scope`]): a `global` key by itself, an
+    /// entity-scoped one under each entity it names.
+    fn file(&mut self, keys: &Keys, key: &str, add: Option<Option<Held>>) {
         let Some((family, args)) = keys.parse(key) else { return };
         let scope = &crate::registry::Registry::get().family(family).scope;
         // The registry holds `global` and `video` alone.
@@ -119,8 +131,8 @@ impl Existing {
             return;
         }
         match add {
-            Some(Some(digest)) => self.digests.insert(key.to_string(), digest),
-            _ => self.digests.remove(key),
+            Some(Some(held)) => self.held.insert(key.to_string(), held),
+            _ => self.held.remove(key),
         };
         if scope.as_slice() == [Scope::Global] {
             match add {
@@ -158,7 +170,7 @@ impl Existing {
             map.retain(|_, set| !set.is_empty());
         }
         self.catalog.retain(|k| !gone(k));
-        self.digests.retain(|k, _| !gone(k));
+        self.held.retain(|k, _| !gone(k));
         for name in names {
             self.insert(keys, name, None);
         }
@@ -166,7 +178,13 @@ impl Existing {
 
     /// The digest of a tracked key's value, when known.
     pub fn digest(&self, key: &str) -> Option<u128> {
-        self.digests.get(key).copied()
+        self.held.get(key).and_then(|h| h.digest)
+    }
+
+    /// How many elements a tracked key holds, when known to hold what
+    /// the state derives for it.
+    pub fn size(&self, key: &str) -> Option<usize> {
+        self.held.get(key).map(|h| h.size)
     }
 
     /// How many keys are tracked.
@@ -257,8 +275,8 @@ impl Scopes {
 /// fills it; the state reads it (and never the plan).
 #[derive(Debug, Default)]
 pub struct Record {
-    /// Tracked keys written, with the digest of the value when known.
-    pub written: Vec<(String, Option<u128>)>,
+    /// Tracked keys written, with what they then hold when known.
+    pub written: Vec<(String, Option<Held>)>,
     /// Tracked keys deleted.
     pub deleted: Vec<String>,
     /// The scopes the batch recomputes: recorded as pending before its
@@ -649,8 +667,8 @@ impl State {
         for key in deleted {
             self.existing.remove(keys, key);
         }
-        for (key, digest) in written {
-            self.existing.insert(keys, key, *digest);
+        for (key, held) in written {
+            self.existing.insert(keys, key, *held);
         }
         drop(applied);
         self.details.clear();
@@ -702,7 +720,7 @@ mod tests {
         let all = keys.key(FamilyId::TagAll, &[]).text;
         let detail = keys.key(FamilyId::VideoDetail, &["v1"]).text;
         for key in [&list, &home, &all, &detail] {
-            existing.insert(&keys, key, Some(7));
+            existing.insert(&keys, key, Some(Held { digest: Some(7), size: 0 }));
         }
         assert!(existing.by_category["c1"].contains(&list) && existing.by_tag["t1"].contains(&list));
         assert!(existing.by_channel["ch"].contains(&home));

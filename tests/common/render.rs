@@ -25,6 +25,16 @@ impl Content {
         }
     }
 
+    /// Back into a planner value (what a patch applies to).
+    pub fn to_value(&self) -> Value {
+        match self {
+            Content::String(s) => Value::String(s.clone()),
+            Content::Set(m) => Value::Set(m.clone()),
+            Content::List(m) => Value::List(m.clone()),
+            Content::Zset(m) => Value::Zset(m.iter().map(|(s, v)| (*s as i64, v.clone())).collect()),
+        }
+    }
+
     pub fn zset(mut members: Vec<(f64, String)>) -> Content {
         members.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.as_bytes().cmp(b.1.as_bytes())));
         Content::Zset(members)

@@ -13,18 +13,18 @@ use mongodb::bson::RawDocumentBuf;
 use rayon::prelude::*;
 
 /// Decodes the three catalogue collections (in cursor order).
-pub fn decode_catalog(
+pub fn decode_catalog<'a>(
     names: &Collections,
-    channels: &[RawDocumentBuf],
-    categories: &[RawDocumentBuf],
-    tags: &[RawDocumentBuf],
+    channels: impl IntoIterator<Item = &'a RawDocumentBuf>,
+    categories: impl IntoIterator<Item = &'a RawDocumentBuf>,
+    tags: impl IntoIterator<Item = &'a RawDocumentBuf>,
 ) -> (Catalog, [(String, CollectionReport); 3], RefReport) {
     let mut refs = RefReport::default();
     let (mut ch_in, mut cat_in, mut tag_in) = (Intake::default(), Intake::default(), Intake::default());
     let catalog = Catalog::new(
-        channels.iter().filter_map(|d| ch_in.accept(d, decode::decode_channel)).collect(),
-        categories.iter().filter_map(|d| cat_in.accept(d, decode::decode_category)).collect(),
-        tags.iter().filter_map(|d| tag_in.accept(d, decode::decode_tag)).collect(),
+        channels.into_iter().filter_map(|d| ch_in.accept(d, decode::decode_channel)).collect(),
+        categories.into_iter().filter_map(|d| cat_in.accept(d, decode::decode_category)).collect(),
+        tags.into_iter().filter_map(|d| tag_in.accept(d, decode::decode_tag)).collect(),
     );
     for intake in [&ch_in, &cat_in, &tag_in] {
         refs.merge(&intake.refs);

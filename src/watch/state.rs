@@ -320,11 +320,23 @@ pub struct State {
     pub replayed: bool,
 }
 
+/// A catalogue document before a change to it.
+enum Prior {
+    /// It was absent (the change appended it).
+    Absent,
+    /// It held this document, at its place.
+    Replaced(RawDocumentBuf),
+    /// It held this document at this position (the change removed it).
+    Removed(usize, RawDocumentBuf),
+}
+
 /// What a batch did to the state, kept until it is committed or undone.
 pub struct Applied {
     /// The catalogue before the batch, when the batch changed it.
     pub old_catalog: Option<Catalog>,
-    old_catalog_docs: Option<Box<[IndexMap<IdKey, RawDocumentBuf>; 3]>>,
+    /// How to take back each catalogue document change, in order (a copy
+    /// of every catalogue document per batch cost more than the batch).
+    catalog_undo: Vec<(Coll, IdKey, Prior)>,
     /// Each touched video document and written id's owners as they were
     /// before the batch's first change to them. Maps, not lists: a batch
     /// of 20,000 updates looked each one up in a list and spent seconds
@@ -433,8 +445,8 @@ impl State {
     }
 
     fn decode_catalog(&self) -> Catalog {
-        let docs = |i: usize| -> Vec<RawDocumentBuf> { self.catalog_docs[i].values().cloned().collect() };
-        decode_catalog(&self.names, &docs(0), &docs(1), &docs(2)).0
+        let docs = |i: usize| self.catalog_docs[i].values();
+        decode_catalog(&self.names, docs(0), docs(1), docs(2)).0
     }
 
     pub fn video_count(&self) -> usize {
@@ -533,7 +545,7 @@ impl State {
     pub fn apply(&mut self, events: Vec<Event>) -> Applied {
         let mut applied = Applied {
             old_catalog: None,
-            old_catalog_docs: None,
+            catalog_undo: Vec::new(),
             old_videos: HashMap::new(),
             old_owners: HashMap::new(),
             videos: Default::default(),
@@ -558,18 +570,23 @@ impl State {
                     }
                 }
                 Event::Upsert { coll, key, raw_id, doc } => {
-                    self.before_catalog(&mut applied);
-                    let old = self.catalog_docs[coll as usize].insert(key, doc.clone());
+                    let old = self.catalog_docs[coll as usize].insert(key.clone(), doc.clone());
                     touch_catalog(coll, &raw_id, old.as_ref(), Some(&doc), &mut applied);
+                    let prior = old.map_or(Prior::Absent, Prior::Replaced);
+                    applied.catalog_undo.push((coll, key, prior));
                 }
                 Event::Remove { coll, key, raw_id } => {
-                    self.before_catalog(&mut applied);
-                    let old = self.catalog_docs[coll as usize].shift_remove(&key);
-                    touch_catalog(coll, &raw_id, old.as_ref(), None, &mut applied);
+                    let old = self.catalog_docs[coll as usize].shift_remove_full(&key);
+                    touch_catalog(coll, &raw_id, old.as_ref().map(|(_, _, d)| d), None, &mut applied);
+                    // A removal of a document the state lacks still counts
+                    // as a catalogue change: a replayed one names documents
+                    // the cache may still hold (see `plan_batch`).
+                    let prior = old.map_or(Prior::Absent, |(at, _, doc)| Prior::Removed(at, doc));
+                    applied.catalog_undo.push((coll, key, prior));
                 }
             }
         }
-        if applied.old_catalog_docs.is_some() {
+        if !applied.catalog_undo.is_empty() {
             let new = self.decode_catalog();
             applied.old_catalog = Some(std::mem::replace(&mut self.catalog, new));
         }
@@ -584,13 +601,6 @@ impl State {
             }
         }
         applied
-    }
-
-    /// Records, once per batch, the catalogue documents before it.
-    fn before_catalog(&mut self, applied: &mut Applied) {
-        if applied.old_catalog_docs.is_none() {
-            applied.old_catalog_docs = Some(Box::new(self.catalog_docs.clone()));
-        }
     }
 
     /// Records, once per batch, a video document and its written id's
@@ -622,7 +632,7 @@ impl State {
 
     /// Takes a batch back: the state is exactly as before [`State::apply`].
     pub fn undo(&mut self, applied: Applied) {
-        let Applied { old_catalog, old_catalog_docs, old_videos, old_owners, videos, .. } = applied;
+        let Applied { old_catalog, catalog_undo, old_videos, old_owners, videos, .. } = applied;
         for w in videos.keys().map(|w| Wid::new(w)) {
             if let Some(view) = self.view_of(&w) {
                 self.members.remove(&w, &view);
@@ -630,8 +640,14 @@ impl State {
         }
         // Between batches no detail is kept (see `commit`).
         self.details.clear();
-        if let Some(docs) = old_catalog_docs {
-            self.catalog_docs = *docs;
+        // Last change first, so each document goes back where it was.
+        for (coll, key, prior) in catalog_undo.into_iter().rev() {
+            let docs = &mut self.catalog_docs[coll as usize];
+            match prior {
+                Prior::Absent => drop(docs.shift_remove(&key)),
+                Prior::Replaced(doc) => drop(docs.insert(key, doc)),
+                Prior::Removed(at, doc) => drop(docs.shift_insert(at, key, doc)),
+            }
         }
         if let Some(catalog) = old_catalog {
             self.catalog = catalog;

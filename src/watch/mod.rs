@@ -13,12 +13,12 @@
 //! runs a full rebuild, and streams from that time, so no change falls in
 //! the gap and none is overwritten by older data.
 //!
-//! By role: this file holds the leader loop and the opening of streams
-//! (which restart to take); `load` restores the state, the tracked keys
+//! By role: this file holds the leader loop and the opening of streams;
+//! `restart` decides what follows a stop; `load` restores the state, the tracked keys
 //! and the tokens; `batch` sorts stream items into a batch; `engine`
 //! applies batches; `state`, `members` and `compact` are the state;
-//! `plan` is the pure batch planner and `protocol` the order in which a
-//! batch's writes reach Redis.
+//! `plan` is the pure batch planner (`delta` its patches) and `protocol`
+//! the order in which a batch's writes reach Redis.
 
 mod batch;
 pub mod compact;
@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod model;
 pub mod plan;
 pub mod protocol;
+pub mod restart;
 pub mod state;
 pub mod stream;
 
@@ -47,6 +48,7 @@ use batch::CatchUp;
 use engine::Engine;
 use load::{clear_tokens, existing_keys, load_state, load_tokens};
 use model::Coll;
+use restart::{Next, Restart};
 use state::State;
 use std::future::Future;
 use std::sync::Arc;
@@ -114,13 +116,6 @@ pub enum WatchError {
     Lease(#[from] LeaseError),
     #[error("internal error: {0}")]
     Internal(String),
-}
-
-enum Restart {
-    /// Streams failed; reopen them from the saved tokens.
-    Reopen,
-    /// The streams cannot resume: rebuild and start from a cluster time.
-    Rebuild(String),
 }
 
 /// Runs as a leader until `shutdown` resolves: waits for the writer lease
@@ -299,43 +294,18 @@ pub async fn run_fenced(
                 None => first_failure(cfg, &mut rx).await,
             };
             drop(tasks);
-            // Redis or MongoDB trouble mid-batch: nothing was saved for the
-            // batch, so reopening from the saved tokens replays it.
-            let outcome = match outcome {
-                // A patched key held other than the state knew (it expired
-                // or was evicted, or someone else wrote it): the batch was
-                // taken back and its keys count as unknown, so the replay
-                // replaces them whole.
-                Err(WatchError::Sink(err)) if err.is_drift() => {
-                    metrics.failed_batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tracing::warn!(error = %err, "a key drifted from what the watcher knew; rewriting it whole");
-                    Ok(Some(Restart::Reopen))
-                }
-                Err(WatchError::Sink(err)) if err.is_retriable() => {
-                    metrics.failed_batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tracing::warn!(error = %err, "redis failed while applying changes");
-                    Ok(Some(Restart::Reopen))
-                }
-                Err(WatchError::Source(err)) if err.is_retriable() => {
-                    tracing::warn!(error = %err, "mongodb failed while applying changes");
-                    Ok(Some(Restart::Reopen))
-                }
-                other => other,
-            };
-            match outcome? {
-                None => {
+            match restart::decide(outcome, &starts)? {
+                Next::Stop => {
                     if let (Some(carry), Some((state, redis_run_id))) = (opts.carry.as_ref(), state.take()) {
                         *lock(carry) = Some(Carry { state, starts, redis_run_id, catch_up });
                     }
                     return Ok(());
                 }
-                // A stream that never reached a token cannot be reopened
-                // without a gap: start over.
-                Some(Restart::Reopen) if starts.iter().any(|s| matches!(s, StartAt::Now)) => {
-                    rebuild_reason = Some("a change stream failed before its first resume token".into());
-                    continue 'establish;
-                }
-                Some(Restart::Reopen) => {
+                Next::Reopen { failed } => {
+                    if let Some(why) = failed {
+                        metrics.failed_batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tracing::warn!("{why}; the batch was taken back and is replayed");
+                    }
                     tracing::warn!(
                         delay_ms = backoff.as_millis() as u64,
                         "change streams failed; reopening from the saved tokens"
@@ -346,7 +316,7 @@ pub async fn run_fenced(
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(10));
                 }
-                Some(Restart::Rebuild(reason)) => {
+                Next::Rebuild(reason) => {
                     tracing::warn!(reason = %reason, db = %cfg.mongodb_db, "change streams cannot resume; rebuilding");
                     rebuild_reason = Some(reason);
                     continue 'establish;

@@ -839,8 +839,9 @@ async fn patches_and_drift(setup: Setup) {
             .await
         }
     };
-    // The first upload finds the keys scanned, contents unknown: whole.
-    // The later ones (new, old and in between) are patches.
+    // Once caught up, the watcher counts the index keys whose size is the
+    // state's as known: every upload (new, old and in between) is a patch
+    // of the category's index and list and the tag's list.
     let patched = || watcher.metrics.patched_keys.load(std::sync::atomic::Ordering::Relaxed);
     for (i, id) in [(100, "p100"), (101, "p101"), (-5, "p-5"), (30, "p30b")].into_iter().enumerate() {
         let mut doc = upload(id.0);
@@ -848,7 +849,7 @@ async fn patches_and_drift(setup: Setup) {
         videos.insert_one(doc).await.unwrap();
         applied(detail_of(id.1)).await;
         // The count moves just after the batch's last write lands.
-        let wanted = 3 * i as u64;
+        let wanted = 3 * (i as u64 + 1);
         common::wait_for(&format!("upload {i} patched three keys"), Duration::from_secs(10), || async move {
             patched() >= wanted
         })

@@ -295,7 +295,8 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
         let before = state_fingerprint(state);
         // The streams pass the load with the batch that reaches it.
         state.replayed = state.catching_up;
-        if *saved + n >= *loaded_at {
+        let caught_up = state.catching_up && *saved + n >= *loaded_at;
+        if caught_up {
             state.catching_up = false;
         }
         let mut applied = state.apply(events);
@@ -349,6 +350,14 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
         } else {
             state.commit(applied, &ctx.keys, &plan.record);
             *saved += n;
+            if caught_up {
+                // As the engine: keys whose size is the state's count as
+                // known from here on (later batches patch them).
+                let wanted = state.unknown_patchable(&ctx.keys);
+                let size = |key: &String| store.get(key).map_or(0, |(c, _)| c.to_value().elements());
+                let found: Vec<usize> = wanted.iter().map(|(key, _, _)| size(key)).collect();
+                state.trust_sizes(wanted, &found);
+            }
         }
         Ok(())
     };

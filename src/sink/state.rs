@@ -139,6 +139,23 @@ pub type VideoMemberships =
 impl Sink {
     /// Reads the `video:categories` and `video:detail` keys of `ids` in
     /// one round trip.
+    /// The sizes of collection keys, each read with its command (`LLEN`,
+    /// `ZCARD`, …): a missing key reads 0.
+    pub async fn sizes(&self, keys: &[(String, &'static str)]) -> Result<Vec<usize>, SinkError> {
+        let mut sizes = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(1000) {
+            let mut pipe = redis::pipe();
+            for (key, command) in chunk {
+                pipe.cmd(command).arg(key);
+            }
+            let mut conn = self.connection();
+            let found: Vec<usize> =
+                pipe.query_async(&mut conn).await.map_err(|source| SinkError::Scan { attempts: 1, source })?;
+            sizes.extend(found);
+        }
+        Ok(sizes)
+    }
+
     pub async fn video_memberships<'a>(
         &self,
         keys: &crate::keys::Keys,

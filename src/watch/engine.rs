@@ -75,7 +75,8 @@ impl Engine<'_> {
             // longer ahead: this batch recomputes the scopes written
             // meanwhile, and they are clean again.
             state.replayed = state.catching_up;
-            if state.catching_up && catch_up.is_done() {
+            let caught_up = state.catching_up && catch_up.is_done();
+            if caught_up {
                 tracing::info!("change streams caught up with the loaded documents");
                 state.catching_up = false;
             }
@@ -100,10 +101,36 @@ impl Engine<'_> {
             for (coll, token) in batch.tokens {
                 starts[coll as usize] = StartAt::Token(token);
             }
+            if caught_up {
+                self.trust_sizes(state).await;
+            }
             self.metrics.applied(batch.per_collection, batch.newest_cluster_time, started.elapsed());
             if self.opts.heartbeat {
                 heartbeat(self.sink, self.status, self.metrics).await;
             }
+        }
+    }
+
+    /// Once the streams caught up with a load (or a job), the keys of the
+    /// patchable families that no batch wrote since hold what the last
+    /// exact writer left, which is what the state derives: every change
+    /// since the load was replayed and its scopes written whole, and a
+    /// scope a failed batch may have left half-written was recomputed by
+    /// the batch that ended the catch-up. Those whose size in Redis is
+    /// the state's (so they did not expire or get evicted) count as
+    /// known, so their next change is a patch rather than a rewrite of
+    /// the whole key. A key of another size stays unknown and is written
+    /// whole; a failure here only leaves keys unknown.
+    async fn trust_sizes(&self, state: &mut State) {
+        let wanted = off_runtime(|| state.unknown_patchable(&self.ctx.keys));
+        let pairs: Vec<(String, &'static str)> = wanted.iter().map(|(k, c, _)| (k.clone(), *c)).collect();
+        match self.sink.sizes(&pairs).await {
+            Ok(found) => {
+                let checked = wanted.len();
+                let trusted = state.trust_sizes(wanted, &found);
+                tracing::info!(checked, trusted, "index keys whose size matches the state count as known");
+            }
+            Err(err) => tracing::warn!(error = %err, "could not read the index keys' sizes; they are written whole"),
         }
     }
 

@@ -495,6 +495,53 @@ impl State {
         self.syms.name(sym)
     }
 
+    /// The tracked keys of the patchable families whose contents are not
+    /// known and that the state says should exist: each with the command
+    /// that reads its size and the size the state derives for it.
+    pub fn unknown_patchable(&self, keys: &Keys) -> Vec<(String, &'static str, usize)> {
+        let catalog = &self.catalog;
+        let mut out = Vec::new();
+        let tracked = self.existing.by_category.values().chain(self.existing.by_tag.values()).flatten();
+        let mut seen = std::collections::HashSet::new();
+        for key in tracked.filter(|k| !self.existing.held.contains_key(*k) && seen.insert(*k)) {
+            let Some((family, args)) = keys.parse(key) else { continue };
+            let derived = match (family, args.as_slice()) {
+                (FamilyId::VideoCategoryIndex | FamilyId::VideoCategoryList, [cat]) => {
+                    catalog.active_category(cat).map(|_| self.members.count_of_category(self.syms.get(cat)))
+                }
+                (FamilyId::VideoTagList, [cat, tag]) => catalog
+                    .active_tag_index(tag)
+                    .filter(|&t| catalog.tags[t].category_id == *cat)
+                    .and_then(|_| catalog.active_category(cat))
+                    .map(|_| {
+                        let owner = self.syms.get(cat);
+                        let members = self.members.ranked_of_tag(self.syms.get(tag));
+                        members.filter(|(added, w)| self.members.in_category(owner, *added, w)).count()
+                    }),
+                _ => None,
+            };
+            let command = if family == FamilyId::VideoCategoryIndex { "ZCARD" } else { "LLEN" };
+            if let Some(size) = derived.filter(|n| *n > 0) {
+                out.push((key.clone(), command, size));
+            }
+        }
+        out
+    }
+
+    /// Counts as known the keys of [`State::unknown_patchable`] whose size
+    /// in Redis (`found`, in the same order) is the size the state
+    /// derives. See the caller for why that is trusted.
+    pub fn trust_sizes(&mut self, wanted: Vec<(String, &'static str, usize)>, found: &[usize]) -> usize {
+        let mut trusted = 0;
+        for ((key, _, size), found) in wanted.into_iter().zip(found) {
+            if size == *found {
+                self.existing.held.insert(key, Held { digest: None, size });
+                trusted += 1;
+            }
+        }
+        trusted
+    }
+
     /// The video's distinct active categories, per `catalog`.
     pub fn active_categories(&self, catalog: &Catalog, video: Video<'_>) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();

@@ -5,8 +5,10 @@
 # Starts the benchmark's own servers (as scripts/bench.sh), generates a
 # fresh data set, rebuilds it, then runs `cachewright-dev bench --watch`:
 # event-to-Redis latency at RATE changes/s for SECONDS, then the sustained
-# rate at which a backlog of the same mix is applied, the videos planning
-# visited per change, and the peak RSS of the process the watcher ran in.
+# rate at which the streaming watcher applies a flood of the same mix
+# (sent as fast as MongoDB takes it), the members planning read per
+# change and the RSS while it did; then a restarted `cachewright watch`
+# alone: its load and its footprint.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 VIDEOS="${1:-58000}"
@@ -37,9 +39,10 @@ w = json.load(open(sys.argv[1]))
 print(f"{sys.argv[2]} videos, {sys.argv[3]}, mix {w['mix']}, window {w['window_ms']} ms")
 print(f"  latency at {w['rate_per_s']}/s      p50 {w['latency_p50_ms']:.0f} ms, p99 {w['latency_p99_ms']:.0f} ms "
       f"(beyond the window p99 {w['beyond_window_p99_ms']:.0f} ms)")
-print(f"  sustained                {w['sustained_per_s']:.0f} changes/s ({w['sustained_updates']} in {w['sustained_seconds']:.1f} s)")
+print(f"  sustained                {w['sustained_per_s']:.0f} changes/s ({w['sustained_updates']} in {w['sustained_seconds']:.1f} s; "
+      f"MongoDB took them in {w['sent_seconds']:.1f} s)")
 print(f"  members read per change  {w['visited_per_change']:.1f}")
-print(f"  watcher RSS              peak {w['peak_rss_mib']:.0f} MiB (load and backlog), "
+print(f"  watcher RSS              peak {w['peak_rss_mib']:.0f} MiB (while applying the flood), "
       f"settled {w['settled_rss_mib']:.0f} MiB; process peak with its rebuild {w['process_peak_rss_mib']:.0f} MiB")
 PY
 # The restarted watcher's load (it resumes from tokens, so no rebuild).

@@ -34,7 +34,10 @@ pub fn build_commands(ops: &[Op], ttl: &TierSeconds, jitter: f64, uniform: impl 
 
 /// Appends the watcher's incremental changes (whole replacements,
 /// deletions and patches) to `pipe`, whose frame applies them all at
-/// once. A patch is one guarded step (see [`add_patch`]).
+/// once. The patches run guarded (see [`patch_commands`]): on a cluster
+/// in their slots' scripts; on one node all of them in one write script
+/// (one `EVAL` per transaction, not per key: its text travels with each
+/// call), whose guards are all checked before any of them runs.
 pub fn add_changes<'a>(
     pipe: &mut redis::Pipeline,
     changes: impl IntoIterator<Item = &'a Change>,
@@ -43,6 +46,7 @@ pub fn add_changes<'a>(
     mut uniform: impl FnMut() -> f64,
     on_cluster: bool,
 ) {
+    let mut patches = redis::pipe();
     for change in changes {
         match change {
             Change::Put(op) => add_ops(pipe, std::slice::from_ref(op), ttl, jitter, &mut uniform),
@@ -51,9 +55,14 @@ pub fn add_changes<'a>(
             }
             Change::Patch(patch) => {
                 let seconds = ttl_with_jitter(ttl.get(patch.tier()), jitter, uniform());
-                crate::sink::cluster::add_guarded(pipe, &patch_commands(patch, seconds), on_cluster);
+                for cmd in patch_commands(patch, seconds).cmd_iter() {
+                    patches.add_command(cmd.clone());
+                }
             }
         }
+    }
+    if patches.cmd_iter().next().is_some() {
+        crate::sink::cluster::add_guarded(pipe, &patches, on_cluster);
     }
 }
 

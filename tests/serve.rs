@@ -518,6 +518,21 @@ async fn a_failing_watcher_shows_in_health_and_is_restarted() {
         panic!("/health never answered {want}; last {last:?}");
     };
     wait_health(200).await;
+    // `/health` answers 200 while the watcher still starts (its first
+    // rebuild and load): the fault must find it streaming.
+    let status_of = || async move {
+        let (_, status) = get(addr, "/status").await;
+        serde_json::from_str::<serde_json::Value>(&status).unwrap()
+    };
+    let mut streaming = false;
+    for _ in 0..1200 {
+        if status_of().await["current"]["watcher"]["streaming"] == serde_json::Value::Bool(true) {
+            streaming = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(streaming, "the watcher did not start streaming within 30 s");
 
     // Redis refuses writes (out of memory): the next change fails the
     // watcher's batch, and the watcher with it.
@@ -533,8 +548,14 @@ async fn a_failing_watcher_shows_in_health_and_is_restarted() {
         .unwrap();
     let body = wait_health(503).await;
     assert!(body.contains("watcher"), "{body}");
-    let (_, status) = get(addr, "/status").await;
-    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let mut status = serde_json::Value::Null;
+    for _ in 0..1200 {
+        status = status_of().await;
+        if status["current"]["watcher"]["last_error"].as_str().is_some_and(|e| e.contains("OOM")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     assert!(status["current"]["watcher"]["last_error"].as_str().is_some_and(|e| e.contains("OOM")), "{status}");
     assert!(!server.is_finished(), "serve must keep running when its watcher fails");
 

@@ -878,3 +878,88 @@ async fn patches_and_drift(setup: Setup) {
     );
     assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 52).await;
 }
+
+/// `INFO replication` of the cluster node on `port`.
+fn replication_of(cluster: &common::servers::RedisCluster, port: u16) -> String {
+    let out = cluster.cli(&["-p".into(), port.to_string(), "INFO".into(), "replication".into()]);
+    String::from_utf8_lossy(&out.stdout).replace('\r', "")
+}
+
+/// Issue 22's manual fail-over: on a 6-node cluster (3 masters with a
+/// replica each), an operator runs `CLUSTER FAILOVER` on every replica,
+/// one after the other, while changes keep arriving and the watcher
+/// applies them. Each promotion shows as a new master `run_id`, so the
+/// watcher redoes a rebuild and reloads; redirections and `READONLY` in
+/// between are followed. Afterwards the cache equals a fresh rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fail_over_of_every_master_while_watching_leaves_the_cache_exact() {
+    let _serial = SERIAL.lock().await;
+    let s = common::shared();
+    let cluster = tokio::task::block_in_place(common::servers::RedisCluster::start_with_replicas);
+    let url = cluster.url();
+    let name = common::unique("watchfailover");
+    let prefix = format!("w{name}");
+    let cfg = config(&s.mongo.uri(), &url, &name, &prefix);
+    let mut d = data(&cfg, 61).await;
+    d.seed().await;
+    let watcher = start_streaming(&cfg).await;
+    d.settle(&url, &prefix).await;
+
+    // The three replicas, once each is in sync with its master.
+    let replicas: Vec<u16> = tokio::task::block_in_place(|| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let synced: Vec<u16> = cluster
+                .nodes
+                .iter()
+                .filter(|n| {
+                    let info = replication_of(&cluster, n.port);
+                    info.contains("role:slave") && info.contains("master_link_status:up")
+                })
+                .map(|n| n.port)
+                .collect();
+            if synced.len() == 3 {
+                break synced;
+            }
+            assert!(std::time::Instant::now() < deadline, "the replicas did not get in sync within 60 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+
+    // Changes keep coming while every master fails over in turn.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let changes = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut sent = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                d.change().await;
+                sent += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            (d, sent)
+        })
+    };
+    for port in replicas {
+        tokio::task::block_in_place(|| {
+            let out = cluster.cli(&["-p".into(), port.to_string(), "CLUSTER".into(), "FAILOVER".into()]);
+            assert!(String::from_utf8_lossy(&out.stdout).contains("OK"), "{out:?}");
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while !replication_of(&cluster, port).contains("role:master") {
+                assert!(std::time::Instant::now() < deadline, "the replica on {port} did not take over within 60 s");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            cluster.wait_ok();
+        });
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut d, sent) = changes.await.unwrap();
+    assert!(sent > 0, "changes arrived during the fail-overs");
+    d.settle(&url, &prefix).await;
+    let metrics = watcher.stop().await;
+    assert!(
+        metrics.rebuilds.load(std::sync::atomic::Ordering::Relaxed) >= 1,
+        "a promotion shows as a new run_id and the watcher redid a rebuild"
+    );
+    assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 61).await;
+}

@@ -408,12 +408,6 @@ async fn a_write_into_a_migrating_slot_waits_and_never_leaves_the_key_half_repla
     tokio::task::block_in_place(|| common::shared_cluster().cluster.lock().unwrap().wait_ok());
 }
 
-/// `INFO replication` of the node on `port`, through `redis-cli`.
-fn replication(cluster: &common::servers::RedisCluster, port: u16) -> String {
-    let out = cluster.cli(&["-p".into(), port.to_string(), "INFO".into(), "replication".into()]);
-    String::from_utf8_lossy(&out.stdout).replace('\r', "")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fail_over_to_a_replica_mid_rebuild_is_detected_and_the_run_redone() {
     let _serial = SERIAL.lock().await;
@@ -423,23 +417,8 @@ async fn a_fail_over_to_a_replica_mid_rebuild_is_detected_and_the_run_redone() {
     common::generate(&cfg, 10_000, 34).await;
 
     // A replica in sync with its master.
-    let port_of = |info: &str| info.lines().find_map(|l| l.strip_prefix("master_port:")).map(|p| p.parse().unwrap());
-    let (replica, master) = tokio::task::block_in_place(|| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let synced = cluster.nodes.iter().find_map(|n| {
-                let info = replication(&cluster, n.port);
-                let master: Option<u16> = port_of(&info);
-                (info.contains("role:slave") && info.contains("master_link_status:up"))
-                    .then(|| (n.port, cluster.nodes.iter().position(|m| Some(m.port) == master).unwrap()))
-            });
-            if let Some(found) = synced {
-                break found;
-            }
-            assert!(std::time::Instant::now() < deadline, "no replica got in sync within 60 s");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    });
+    let (replica, master_port) = tokio::task::block_in_place(|| cluster.synced_replicas(1))[0];
+    let master = cluster.nodes.iter().position(|m| m.port == master_port).unwrap();
 
     let run = {
         let cfg = cfg.clone();
@@ -451,22 +430,13 @@ async fn a_fail_over_to_a_replica_mid_rebuild_is_detected_and_the_run_redone() {
     // replica takes over by force, with the other masters' votes.
     tokio::task::block_in_place(|| {
         common::signal(cluster.nodes[master].pid(), "-STOP");
-        let out = cluster.cli(&["-p".into(), replica.to_string(), "CLUSTER".into(), "FAILOVER".into(), "FORCE".into()]);
-        assert!(String::from_utf8_lossy(&out.stdout).contains("OK"), "{out:?}");
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while !replication(&cluster, replica).contains("role:master") {
-            assert!(std::time::Instant::now() < deadline, "the replica did not take over within 60 s");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        cluster.promote(replica, Some("FORCE"));
         common::signal(cluster.nodes[master].pid(), "-CONT");
         cluster.wait_ok();
     });
     let summary = run.await.unwrap().expect("the rebuild recovers from a fail-over");
     assert!(summary.written_total() > 0);
-    assert!(
-        replication(&cluster, cluster.nodes[master].port).contains("role:slave"),
-        "the old master came back as a replica"
-    );
+    assert!(cluster.replication(master_port).contains("role:slave"), "the old master came back as a replica");
     assert_exact(&cfg).await;
 }
 
@@ -499,17 +469,8 @@ async fn a_cluster_announcing_ipv6_addresses_is_followed() {
 async fn with_redis_url_down_every_command_starts_from_the_other_seeds() {
     let _serial = SERIAL.lock().await;
     let mut cluster = tokio::task::block_in_place(common::servers::RedisCluster::start_with_replicas);
-    let replica = tokio::task::block_in_place(|| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let found = cluster.nodes.iter().position(|n| replication(&cluster, n.port).contains("role:slave"));
-            if let Some(found) = found {
-                break found;
-            }
-            assert!(std::time::Instant::now() < deadline, "no replica within 60 s");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    });
+    let replica_port = tokio::task::block_in_place(|| cluster.synced_replicas(1))[0].0;
+    let replica = cluster.nodes.iter().position(|n| n.port == replica_port).unwrap();
     let live = cluster.nodes.iter().enumerate().find(|(i, _)| *i != replica).map(|(_, n)| n.url()).unwrap();
     let mut cfg =
         common::config(&common::shared().mongo.uri(), &cluster.nodes[replica].url(), &common::unique("seeds"));

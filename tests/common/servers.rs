@@ -392,6 +392,49 @@ impl RedisCluster {
         redis_cli(&self.cli_args, args)
     }
 
+    /// `INFO replication` of the node on `port`.
+    pub fn replication(&self, port: u16) -> String {
+        let out = self.cli(&["-p".into(), port.to_string(), "INFO".into(), "replication".into()]);
+        String::from_utf8_lossy(&out.stdout).replace('\r', "")
+    }
+
+    /// Waits until at least `n` replicas have their link to their master
+    /// up; gives each one's port and its master's port.
+    pub fn synced_replicas(&self, n: usize) -> Vec<(u16, u16)> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let synced: Vec<(u16, u16)> = self
+                .nodes
+                .iter()
+                .filter_map(|node| {
+                    let info = self.replication(node.port);
+                    let master = info.lines().find_map(|l| l.strip_prefix("master_port:"))?.parse().ok()?;
+                    (info.contains("role:slave") && info.contains("master_link_status:up"))
+                        .then_some((node.port, master))
+                })
+                .collect();
+            if synced.len() >= n {
+                return synced;
+            }
+            assert!(Instant::now() < deadline, "{n} replica(s) did not get in sync within 60 s: {synced:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Sends `CLUSTER FAILOVER` (with `mode`: `FORCE`, or none) to the
+    /// replica on `port` and waits until it reports itself a master.
+    pub fn promote(&self, port: u16, mode: Option<&str>) {
+        let mut args: Vec<String> = vec!["-p".into(), port.to_string(), "CLUSTER".into(), "FAILOVER".into()];
+        args.extend(mode.map(String::from));
+        let out = self.cli(&args);
+        assert!(String::from_utf8_lossy(&out.stdout).contains("OK"), "{out:?}");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.replication(port).contains("role:master") {
+            assert!(Instant::now() < deadline, "the replica on {port} did not take over within 60 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// `redis://` URL of the first node: a seed, as users give it.
     pub fn url(&self) -> String {
         self.nodes[0].url()

@@ -30,7 +30,7 @@ say "generating $VIDEOS videos"
 target/release/cachewright-dev fixtures generate --yes --videos "$VIDEOS" --seed 1 2>"$OUT/generate.log"
 say "rebuilding"
 target/release/cachewright rebuild >"$OUT/rebuild.txt" 2>"$OUT/rebuild.log"
-say "watcher under the $MIX mix: $RATE changes/s for $SECONDS_PER_PHASE s, then a backlog"
+say "watcher under the $MIX mix: $RATE changes/s for $SECONDS_PER_PHASE s, then a flood"
 target/release/cachewright-dev bench --yes --watch --mix "$MIX" --rate "$RATE" --seconds "$SECONDS_PER_PHASE" \
   --out "$OUT/watch.json" 2>"$OUT/watch.log"
 python3 - "$OUT/watch.json" "$VIDEOS" "$SETUP" <<'PY'

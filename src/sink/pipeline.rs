@@ -34,7 +34,7 @@ pub fn build_commands(ops: &[Op], ttl: &TierSeconds, jitter: f64, uniform: impl 
 
 /// Appends the watcher's incremental changes (whole replacements,
 /// deletions and patches) to `pipe`, whose frame applies them all at
-/// once. The patches run guarded (see [`patch_commands`]): on a cluster
+/// once. The patches run guarded (see [`add_patch`]): on a cluster
 /// in their slots' scripts; on one node all of them in one write script
 /// (one `EVAL` per transaction, not per key: its text travels with each
 /// call), whose guards are all checked before any of them runs.
@@ -55,9 +55,7 @@ pub fn add_changes<'a>(
             }
             Change::Patch(patch) => {
                 let seconds = ttl_with_jitter(ttl.get(patch.tier()), jitter, uniform());
-                for cmd in patch_commands(patch, seconds).cmd_iter() {
-                    patches.add_command(cmd.clone());
-                }
+                add_patch(&mut patches, patch, seconds);
             }
         }
     }
@@ -70,9 +68,8 @@ pub fn add_changes<'a>(
 /// `ZREM` and of `ZADD` as one command each, at most [`CHUNK`] members),
 /// then the key's TTL, as a whole replace sets it. An emptied key is gone
 /// and its `EXPIRE` does nothing, as a rebuild writes no empty collection.
-pub fn patch_commands(patch: &Patch, seconds: u64) -> redis::Pipeline {
+pub fn add_patch(step: &mut redis::Pipeline, patch: &Patch, seconds: u64) {
     let key = patch.key.text.as_str();
-    let mut step = redis::pipe();
     step.cmd(crate::sink::cluster::SIZE_GUARD).arg(key).arg(patch.size_command()).arg(patch.before);
     let mut edits = patch.edits.iter().peekable();
     while let Some(edit) = edits.next() {
@@ -105,7 +102,6 @@ pub fn patch_commands(patch: &Patch, seconds: u64) -> redis::Pipeline {
         }
     }
     step.cmd("EXPIRE").arg(key).arg(seconds);
-    step
 }
 
 /// Appends the commands that replace every key of `ops` whole (see
@@ -213,6 +209,38 @@ mod tests {
             &pipe,
             &["MULTI", "UNLINK $21 app:video:detail:gone", "SET $19 app:video:detail:v1 $2 {} $2 EX $1 3", "EXEC"],
         );
+    }
+
+    /// A transaction's patches: plain guarded commands on a cluster (the
+    /// slot scripts run the guards), one write script on one node.
+    #[test]
+    fn patches_are_guarded_and_one_node_runs_them_in_one_script() {
+        use crate::plan::patch::{Edit, Patch};
+        let keys = Keys::new("app:");
+        let list = keys.key(FamilyId::VideoCategoryList, &["c1"]);
+        let index = keys.key(FamilyId::VideoCategoryIndex, &["c1"]);
+        let edits = vec![Edit::LRem("a".into()), Edit::LInsert { item: "n".into(), pivot: "b".into() }];
+        let zset = vec![Edit::ZRem("a".into()), Edit::ZAdd(7, "n".into()), Edit::ZAdd(8, "m".into())];
+        let changes = vec![Change::Patch(Patch::new(list, 3, edits, 2)), Change::Patch(Patch::new(index, 3, zset, 0))];
+        let ttl = TierSeconds { count: 1, index: 9, detail: 3, catalog: 4 };
+        let mut cluster = redis::pipe();
+        add_changes(&mut cluster, &changes, &ttl, 0.0, || 0.0, true);
+        assert_in_order(
+            &cluster,
+            &[
+                "SIZEIS $26 app:video:category:list:c1 $4 LLEN $1 3",
+                "LREM $26 app:video:category:list:c1 $1 1 $1 a",
+                "LINSERT $26 app:video:category:list:c1 $6 BEFORE $1 b $1 n",
+                "EXPIRE $26 app:video:category:list:c1 $1 9",
+                "SIZEIS $34 app:video:category:index:c1:videos $5 ZCARD $1 3",
+                "ZREM $34 app:video:category:index:c1:videos $1 a",
+                "ZADD $34 app:video:category:index:c1:videos $1 7 $1 n $1 8 $1 m",
+            ],
+        );
+        let mut one_node = redis::pipe();
+        add_changes(&mut one_node, &changes, &ttl, 0.0, || 0.0, false);
+        assert_eq!(one_node.cmd_iter().count(), 1, "one EVAL for the transaction's patches");
+        assert_in_order(&one_node, &["EVAL", "SIZEIS", "LREM", "LINSERT", "SIZEIS", "ZREM", "ZADD"]);
     }
 
     fn assert_in_order(pipe: &redis::Pipeline, expected: &[&str]) {

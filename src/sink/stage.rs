@@ -115,11 +115,6 @@ fn size_command(value: &Value) -> &'static str {
     }
 }
 
-/// A rename refused because its stage is gone or short.
-fn stage_gone(err: &SinkError) -> bool {
-    err.is_drift()
-}
-
 impl Sink {
     /// Whether `op` is written in steps by this sink (see the module).
     fn is_staged(&self, op: &Op) -> bool {
@@ -215,7 +210,8 @@ impl Sink {
         let on_cluster = self.is_cluster();
         match self.send_with(|pipe| add_swap(pipe, stage, &op.key.text, &op.value, seconds, on_cluster)).await {
             Ok(()) => Ok(true),
-            Err(err) if stage_gone(&err) => Ok(false),
+            // Its stage is gone or short (see `SinkError::is_drift`).
+            Err(err) if err.is_drift() => Ok(false),
             Err(err) => Err(err),
         }
     }

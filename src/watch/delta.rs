@@ -62,6 +62,12 @@ impl Moves<'_> {
     pub fn size_before(&self, now: usize) -> Option<usize> {
         (now + self.left.len()).checked_sub(self.joined.len())
     }
+
+    /// The scope's size after, from its size before (`None` when the
+    /// moves do not fit it: the key is then replaced whole).
+    pub fn size_after(&self, before: usize) -> Option<usize> {
+        (before + self.joined.len()).checked_sub(self.left.len())
+    }
 }
 
 impl<'a> Deltas<'a> {
@@ -121,8 +127,7 @@ pub fn zset_patch(key: Key, before: usize, moves: &Moves<'_>) -> Option<Patch> {
     let removed = moves.left.iter().filter(|(_, w)| !joined.contains(w)).map(|(_, w)| Edit::ZRem(w.text()));
     let added = moves.joined.iter().map(|(added, w)| Edit::ZAdd(*added, w.text()));
     let patch = Patch::new(key, before, removed.chain(added).collect(), 0);
-    let size = before + moves.joined.len() - moves.left.len();
-    affordable(patch, size, 2 * ELEMENT_COST)
+    affordable(patch, moves.size_after(before)?, 2 * ELEMENT_COST)
 }
 
 /// The patch of a list holding `before` items: `after` tells where a
@@ -150,8 +155,7 @@ pub fn list_patch<'m>(
             None => Edit::RPush(w.text()),
         });
     }
-    let size = before + moves.joined.len() - moves.left.len();
-    affordable(Patch::new(key, before, edits, scans), size, ELEMENT_COST)
+    affordable(Patch::new(key, before, edits, scans), moves.size_after(before)?, ELEMENT_COST)
 }
 
 /// The first member of `after` that `keep` accepts.

@@ -450,7 +450,7 @@ fn patch_tag(
         return true;
     }
     let (Some(sym), Some(owner)) = (sym, owner) else { return false };
-    let Some(now) = (before + moves.joined.len()).checked_sub(moves.left.len()) else { return false };
+    let Some(now) = moves.size_after(before) else { return false };
     *visited += moves.left.len() + moves.joined.len();
     let members = &state.members;
     let in_owner = |added, w: &Wid| members.in_category(Some(owner), added, w);

@@ -436,14 +436,14 @@ fn state_fingerprint(state: &State) -> String {
     let names = |syms: &[u32]| syms.iter().map(|&s| state.name(s).to_string()).collect::<Vec<_>>();
     let videos: BTreeMap<String, String> = state
         .videos
-        .iter()
-        .map(|(k, v)| {
-            let doc = v.doc.as_ref().map(|d| (d.active, d.added_ms, names(d.cats()), names(d.tags())));
+        .entries()
+        .map(|(k, doc)| {
+            let doc = doc.map(|d| (d.active, d.added_ms, names(d.cats), names(d.tags)));
             (format!("{k:?}"), format!("{doc:?}"))
         })
         .collect();
     let owners: BTreeMap<String, String> =
-        state.by_written.iter().map(|(w, keys)| (w.text(), format!("{keys:?}"))).collect();
+        state.videos.written_ids().into_iter().map(|(w, keys)| (w.text(), format!("{keys:?}"))).collect();
     let cats: Vec<(&String, bool)> = state.catalog.categories.iter().map(|c| (&c.id, c.active)).collect();
     format!("{docs:?}\n{videos:?}\n{owners:?}\n{cats:?}")
 }

@@ -1,7 +1,6 @@
-//! Compact forms of what the watcher keeps per video, so its state grows
-//! by a few hundred bytes per video instead of a decoded document's
-//! kilobyte: written ids as 12 bytes when they are ObjectId hex, category
-//! and tag references interned as `u32` symbols, no rendered payloads.
+//! Compact forms of ids and references: written ids as 12 bytes when
+//! they are ObjectId hex, category and tag references interned as `u32`
+//! symbols (see [`super::videos`] for the per-video record).
 
 use rustc_hash::FxHashMap as HashMap;
 use std::fmt;
@@ -29,6 +28,66 @@ impl Wid {
     pub fn text(&self) -> String {
         self.to_string()
     }
+
+    pub fn as_ref(&self) -> WidRef<'_> {
+        match self {
+            Wid::Hex(bytes) => WidRef::Hex(bytes),
+            Wid::Text(text) => WidRef::Text(text),
+        }
+    }
+}
+
+/// A borrowed [`Wid`]: what the video store hands out without copying
+/// (its records keep an ObjectId's bytes, not a `Wid`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WidRef<'a> {
+    Hex(&'a [u8; 12]),
+    Text(&'a str),
+}
+
+impl WidRef<'_> {
+    pub fn text(&self) -> String {
+        self.to_string()
+    }
+
+    pub fn to_owned(&self) -> Wid {
+        match self {
+            WidRef::Hex(bytes) => Wid::Hex(**bytes),
+            WidRef::Text(text) => Wid::Text(Box::new((*text).into())),
+        }
+    }
+}
+
+/// The same order as [`Wid`]'s.
+impl Ord for WidRef<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        match (self, other) {
+            (WidRef::Hex(a), WidRef::Hex(b)) => a.cmp(b),
+            (WidRef::Text(a), WidRef::Text(b)) => a.cmp(b),
+            _ => self.text().cmp(&other.text()),
+        }
+    }
+}
+
+impl PartialOrd for WidRef<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for WidRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WidRef::Hex(bytes) => bytes.iter().try_for_each(|b| write!(f, "{b:02x}")),
+            WidRef::Text(text) => f.write_str(text),
+        }
+    }
+}
+
+impl fmt::Debug for WidRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
 }
 
 /// Text order, the contract's tie-break (ids compared as bytes): two hex
@@ -36,11 +95,7 @@ impl Wid {
 /// forms compare by text.
 impl Ord for Wid {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        match (self, other) {
-            (Wid::Hex(a), Wid::Hex(b)) => a.cmp(b),
-            (Wid::Text(a), Wid::Text(b)) => a.cmp(b),
-            _ => self.text().cmp(&other.text()),
-        }
+        self.as_ref().cmp(&other.as_ref())
     }
 }
 
@@ -52,16 +107,13 @@ impl PartialOrd for Wid {
 
 impl fmt::Display for Wid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Wid::Hex(bytes) => bytes.iter().try_for_each(|b| write!(f, "{b:02x}")),
-            Wid::Text(text) => f.write_str(text),
-        }
+        self.as_ref().fmt(f)
     }
 }
 
 impl fmt::Debug for Wid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.to_string())
+        self.as_ref().fmt(f)
     }
 }
 

@@ -15,7 +15,7 @@
 //! that member is either untouched (it is there) or joined later in the
 //! list (it was inserted already). The last goes with `RPUSH`.
 
-use super::compact::{Sym, Wid};
+use super::compact::{Sym, Wid, WidRef};
 use super::members::After;
 use super::state::{Applied, IndexView, State};
 use crate::keys::Key;
@@ -136,19 +136,19 @@ pub fn list_patch<'m>(
     key: Key,
     before: usize,
     moves: &Moves<'_>,
-    after: impl Fn(i64, &Wid) -> (usize, Option<&'m Wid>),
+    after: impl Fn(i64, WidRef<'_>) -> (usize, Option<WidRef<'m>>),
 ) -> Option<Patch> {
     let mut edits = Vec::with_capacity(moves.left.len() + moves.joined.len());
     let mut scans = 0;
     for (added, w) in &moves.left {
         // Where it was: about where its old rank sits now.
-        scans += after(*added, w).0;
+        scans += after(*added, w.as_ref()).0;
         edits.push(Edit::LRem(w.text()));
     }
     let mut joined: Vec<(Reverse<i64>, &Wid)> = moves.joined.iter().map(|(a, w)| (Reverse(*a), *w)).collect();
     joined.sort_unstable();
     for (Reverse(added), w) in joined.into_iter().rev() {
-        let (at, next) = after(added, w);
+        let (at, next) = after(added, w.as_ref());
         scans += at;
         edits.push(match next {
             Some(pivot) => Edit::LInsert { item: w.text(), pivot: pivot.text() },
@@ -159,9 +159,9 @@ pub fn list_patch<'m>(
 }
 
 /// The first member of `after` that `keep` accepts.
-pub fn next_kept<'m>(after: After<'m>, keep: impl Fn(i64, &Wid) -> bool) -> (usize, Option<&'m Wid>) {
+pub fn next_kept<'m>(after: After<'m>, keep: impl Fn(i64, WidRef<'_>) -> bool) -> (usize, Option<WidRef<'m>>) {
     let (at, mut rest) = after;
-    (at, rest.find(|(added, w)| keep(*added, w)).map(|(_, w)| w))
+    (at, rest.find(|(added, w)| keep(*added, *w)).map(|(_, w)| w))
 }
 
 /// A patch worth sending: within one step, and no dearer than replacing
@@ -195,8 +195,8 @@ mod tests {
         let moves = Moves { left: vec![(8, &w[0]), (7, &w[1])], joined: vec![(10, &w[2]), (5, &w[1])] };
         let key = Keys::new("app:").key(FamilyId::VideoCategoryList, &["c1"]);
         let patch = list_patch(key, before.len(), &moves, |_, id| {
-            let at = now_ids.iter().position(|x| x == id).unwrap_or(0);
-            (at, now_ids.get(at + 1))
+            let at = now_ids.iter().position(|x| x.as_ref() == id).unwrap_or(0);
+            (at, now_ids.get(at + 1).map(Wid::as_ref))
         })
         .expect("a few moves in a long list are patched");
         assert!(matches!(patch.edits[..2], [Edit::LRem(_), Edit::LRem(_)]), "{:?}", patch.edits);

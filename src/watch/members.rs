@@ -9,60 +9,61 @@
 //! Only videos that own their written id and are active are filed, the
 //! ones the index families list.
 
-use super::compact::{Sym, Wid};
-use super::state::IndexView;
+use super::compact::{Sym, WidRef};
+use super::videos::{Handle, Videos};
 use rustc_hash::FxHashMap as HashMap;
-use std::cmp::Reverse;
+use std::cmp::{Ordering, Reverse};
 
-/// A scope member: newest first (`addedTime` descending, then id
+/// A scope member's rank: newest first (`addedTime` descending, then id
 /// ascending as bytes), the contract's order, so a scope's first members
 /// are its home-section candidates.
-type Ranked = (Reverse<i64>, Wid);
+type Rank<'a> = (Reverse<i64>, WidRef<'a>);
 
-/// One scope's members: a sorted vector, not a tree. A tree node costs
-/// about half as much again per entry, and a scope's members change a few
-/// at a time (one insert moves the entries after it, which for the
-/// largest categories is still microseconds).
+fn rank_of(videos: &Videos, h: Handle) -> Rank<'_> {
+    let (added, w) = videos.rank(h);
+    (Reverse(added), w)
+}
+
+/// One scope's members: handles of the videos sorted by rank (looked up
+/// in the store), 4 bytes per entry. A sorted vector, not a tree: a scope
+/// changes a few members at a time, and one insert moves the entries
+/// after it, which for the largest categories is still microseconds.
 #[derive(Debug, Default, Clone, PartialEq)]
-struct Ordered(Vec<Ranked>);
+struct Ordered(Vec<Handle>);
 
 impl Ordered {
-    fn insert(&mut self, item: Ranked) {
-        if let Err(at) = self.0.binary_search(&item) {
-            self.0.insert(at, item);
-        }
-    }
-
-    fn remove(&mut self, item: &Ranked) {
-        if let Ok(at) = self.0.binary_search(item) {
-            self.0.remove(at);
-        }
-    }
-
-    fn contains(&self, item: &Ranked) -> bool {
-        self.0.binary_search(item).is_ok()
-    }
-
-    fn iter(&self) -> std::slice::Iter<'_, Ranked> {
-        self.0.iter()
-    }
-
-    /// Where `item` sits, or would (0: first), and the members after it.
-    fn after(&self, item: &Ranked) -> (usize, std::slice::Iter<'_, Ranked>) {
-        match self.0.binary_search(item) {
-            Ok(at) => (at, self.0[at + 1..].iter()),
-            Err(at) => (at, self.0[at..].iter()),
-        }
+    fn find(&self, videos: &Videos, rank: &Rank<'_>) -> Result<usize, usize> {
+        self.0.binary_search_by(|&h| rank_of(videos, h).cmp(rank))
     }
 }
 
 /// A scope's members after a rank: where the rank sits, then the members.
-pub type After<'a> = (usize, std::iter::Map<std::slice::Iter<'a, Ranked>, fn(&Ranked) -> (i64, &Wid)>);
+pub type After<'a> = (usize, Ranks<'a>);
 
-fn unrank(r: &Ranked) -> (i64, &Wid) {
-    (r.0.0, &r.1)
+/// A scope's members in order, each with its `addedTime`.
+#[derive(Clone)]
+pub struct Ranks<'a> {
+    handles: std::slice::Iter<'a, Handle>,
+    videos: &'a Videos,
 }
 
+impl<'a> Iterator for Ranks<'a> {
+    type Item = (i64, WidRef<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.handles.next().map(|&h| self.videos.rank(h))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.handles.size_hint()
+    }
+}
+
+/// The active videos of each referenced category and tag, by handle.
+/// Only an effective video (the owner of its written id, valid, active)
+/// is filed; [`Members::insert`] and [`Members::remove`] read its rank
+/// and references from the store, so a video is unfiled before its
+/// record changes and filed again after.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Members {
     by_category: HashMap<Sym, Ordered>,
@@ -70,22 +71,25 @@ pub struct Members {
 }
 
 impl Members {
-    /// Files every video of a load at once: appended, then each scope
-    /// sorted once (in parallel), rather than inserted one by one.
-    pub fn build<'a>(videos: impl IntoIterator<Item = (&'a Wid, IndexView)>) -> Members {
+    /// Files every effective video of a load at once: appended, then each
+    /// scope sorted once (in parallel), rather than inserted one by one.
+    pub fn build(videos: &Videos, effective: impl Iterator<Item = Handle>) -> Members {
         use rayon::prelude::*;
         let mut members = Members::default();
-        for (written, (added, cats, tags)) in videos {
-            for c in cats.iter() {
-                members.by_category.entry(*c).or_default().0.push((Reverse(added), written.clone()));
+        for h in effective {
+            let Some(doc) = videos.doc(h) else { continue };
+            for c in doc.cats {
+                members.by_category.entry(*c).or_default().0.push(h);
             }
-            for t in tags.iter() {
-                members.by_tag.entry(*t).or_default().0.push((Reverse(added), written.clone()));
+            for t in doc.tags {
+                members.by_tag.entry(*t).or_default().0.push(h);
             }
         }
         let scopes = members.by_category.values_mut().chain(members.by_tag.values_mut()).collect::<Vec<_>>();
         scopes.into_par_iter().for_each(|scope| {
-            scope.0.sort_unstable();
+            // Ranks computed once per entry: a comparison through the
+            // store would look two records up each time.
+            scope.0.sort_by_cached_key(|&h| rank_of(videos, h));
             // A reference repeated in one video files it once.
             scope.0.dedup();
             scope.0.shrink_to_fit();
@@ -93,109 +97,35 @@ impl Members {
         members
     }
 
-    /// Files an active video under each scope it references.
-    pub fn insert(&mut self, written: &Wid, view: &IndexView) {
-        let (added, cats, tags) = view;
-        for c in cats.iter() {
-            self.by_category.entry(*c).or_default().insert((Reverse(*added), written.clone()));
-        }
-        for t in tags.iter() {
-            self.by_tag.entry(*t).or_default().insert((Reverse(*added), written.clone()));
-        }
-    }
-
-    /// Unfiles a video filed with `view`.
-    pub fn remove(&mut self, written: &Wid, view: &IndexView) {
-        let (added, cats, tags) = view;
-        let ranked = (Reverse(*added), written.clone());
-        for c in cats.iter() {
-            if let Some(set) = self.by_category.get_mut(c) {
-                set.remove(&ranked);
-                if set.0.is_empty() {
-                    self.by_category.remove(c);
-                }
-            }
-        }
-        for t in tags.iter() {
-            if let Some(set) = self.by_tag.get_mut(t) {
-                set.remove(&ranked);
-                if set.0.is_empty() {
-                    self.by_tag.remove(t);
+    /// Files an effective video under each scope it references.
+    pub fn insert(&mut self, videos: &Videos, h: Handle) {
+        let Some(doc) = videos.doc(h) else { return };
+        let rank = rank_of(videos, h);
+        for (map, syms) in [(&mut self.by_category, doc.cats), (&mut self.by_tag, doc.tags)] {
+            for s in syms {
+                let scope = map.entry(*s).or_default();
+                if let Err(at) = scope.find(videos, &rank) {
+                    scope.0.insert(at, h);
                 }
             }
         }
     }
 
-    /// The active videos referencing category `sym`, newest first.
-    pub fn of_category(&self, sym: Option<Sym>) -> impl Iterator<Item = &Wid> {
-        self.ranked_of_category(sym).map(|(_, w)| w)
-    }
-
-    /// The same, each with its `addedTime`.
-    pub fn ranked_of_category(&self, sym: Option<Sym>) -> impl Iterator<Item = (i64, &Wid)> {
-        sym.and_then(|s| self.by_category.get(&s)).into_iter().flat_map(Ordered::iter).map(|(added, w)| (added.0, w))
-    }
-
-    /// How many active videos reference category `sym`.
-    pub fn count_of_category(&self, sym: Option<Sym>) -> usize {
-        sym.and_then(|s| self.by_category.get(&s)).map_or(0, |o| o.0.len())
-    }
-
-    /// Where a video ranked `(added, written)` sits, or would, among
-    /// category `sym`'s members, and the members after it: what a patch
-    /// of the category's list inserts before, found without a walk.
-    pub fn after_in_category(&self, sym: Sym, added: i64, written: &Wid) -> After<'_> {
-        after(self.by_category.get(&sym), added, written)
-    }
-
-    /// The same among tag `sym`'s members.
-    pub fn after_in_tag(&self, sym: Sym, added: i64, written: &Wid) -> After<'_> {
-        after(self.by_tag.get(&sym), added, written)
-    }
-
-    /// Whether the video (with its `addedTime`) references category `sym`.
-    pub fn in_category(&self, sym: Option<Sym>, added: i64, written: &Wid) -> bool {
-        let Some(set) = sym.and_then(|s| self.by_category.get(&s)) else { return false };
-        set.contains(&(Reverse(added), written.clone()))
-    }
-
-    /// The first `limit` distinct videos of the union of `categories`,
-    /// newest first: what a home section over them lists. A merge of the
-    /// categories' ordered members, so it reads about `limit` members per
-    /// call, not every member of every category. Each comes with its
-    /// `addedTime`.
-    pub fn newest_of(&self, categories: impl IntoIterator<Item = Sym>, limit: usize) -> Vec<(i64, &Wid)> {
-        use std::collections::BinaryHeap;
-        let mut heads: Vec<std::slice::Iter<'_, Ranked>> =
-            categories.into_iter().filter_map(|c| self.by_category.get(&c)).map(Ordered::iter).collect();
-        // A min-heap on (rank, which iterator): the next newest overall.
-        let mut heap: BinaryHeap<Reverse<(&Ranked, usize)>> = BinaryHeap::new();
-        for (i, it) in heads.iter_mut().enumerate() {
-            if let Some(first) = it.next() {
-                heap.push(Reverse((first, i)));
+    /// Unfiles an effective video, its record as when it was filed.
+    pub fn remove(&mut self, videos: &Videos, h: Handle) {
+        let Some(doc) = videos.doc(h) else { return };
+        let rank = rank_of(videos, h);
+        for (map, syms) in [(&mut self.by_category, doc.cats), (&mut self.by_tag, doc.tags)] {
+            for s in syms {
+                let Some(scope) = map.get_mut(s) else { continue };
+                if let Ok(at) = scope.find(videos, &rank) {
+                    scope.0.remove(at);
+                }
+                if scope.0.is_empty() {
+                    map.remove(s);
+                }
             }
         }
-        let mut out: Vec<(i64, &Wid)> = Vec::with_capacity(limit.min(1024));
-        let mut last: Option<&Ranked> = None;
-        while out.len() < limit {
-            let Some(Reverse((ranked, i))) = heap.pop() else { break };
-            // A video in two of the categories comes out twice in a row
-            // (same rank): it is listed once.
-            if last != Some(ranked) {
-                out.push((ranked.0.0, &ranked.1));
-                last = Some(ranked);
-            }
-            if let Some(next) = heads[i].next() {
-                heap.push(Reverse((next, i)));
-            }
-        }
-        out
-    }
-
-    /// The active videos referencing tag `sym`, newest first, each with
-    /// its `addedTime`.
-    pub fn ranked_of_tag(&self, sym: Option<Sym>) -> impl Iterator<Item = (i64, &Wid)> {
-        sym.and_then(|s| self.by_tag.get(&s)).into_iter().flat_map(Ordered::iter).map(|(added, w)| (added.0, w))
     }
 
     /// How many (scope, video) entries are filed.
@@ -206,27 +136,157 @@ impl Members {
     pub fn is_empty(&self) -> bool {
         self.by_category.is_empty() && self.by_tag.is_empty()
     }
+
+    /// About how many bytes the scopes hold.
+    pub fn footprint(&self) -> usize {
+        let scopes = self.by_category.values().chain(self.by_tag.values());
+        scopes.map(|o| o.0.capacity() * size_of::<Handle>() + 48).sum()
+    }
+
+    /// The members, read through the store that ranks them.
+    pub fn view<'a>(&'a self, videos: &'a Videos) -> Scoped<'a> {
+        Scoped { members: self, videos }
+    }
 }
 
-fn after<'a>(scope: Option<&'a Ordered>, added: i64, written: &Wid) -> After<'a> {
-    const NONE: &[Ranked] = &[];
-    let (at, rest) = match scope {
-        Some(scope) => scope.after(&(Reverse(added), written.clone())),
-        None => (0, NONE.iter()),
-    };
-    (at, rest.map(unrank as fn(&Ranked) -> (i64, &Wid)))
+/// The members with their store: what planning reads.
+#[derive(Clone, Copy)]
+pub struct Scoped<'a> {
+    members: &'a Members,
+    videos: &'a Videos,
+}
+
+impl<'a> Scoped<'a> {
+    fn ranks(&self, scope: Option<&'a Ordered>) -> Ranks<'a> {
+        const NONE: &[Handle] = &[];
+        Ranks { handles: scope.map_or(NONE, |o| &o.0).iter(), videos: self.videos }
+    }
+
+    /// The active videos referencing category `sym`, newest first.
+    pub fn of_category(&self, sym: Option<Sym>) -> impl Iterator<Item = WidRef<'a>> + use<'a> {
+        self.ranked_of_category(sym).map(|(_, w)| w)
+    }
+
+    /// The same, each with its `addedTime`.
+    pub fn ranked_of_category(&self, sym: Option<Sym>) -> Ranks<'a> {
+        self.ranks(sym.and_then(|s| self.members.by_category.get(&s)))
+    }
+
+    /// The active videos referencing tag `sym`, newest first, each with
+    /// its `addedTime`.
+    pub fn ranked_of_tag(&self, sym: Option<Sym>) -> Ranks<'a> {
+        self.ranks(sym.and_then(|s| self.members.by_tag.get(&s)))
+    }
+
+    /// How many active videos reference category `sym`.
+    pub fn count_of_category(&self, sym: Option<Sym>) -> usize {
+        sym.and_then(|s| self.members.by_category.get(&s)).map_or(0, |o| o.0.len())
+    }
+
+    /// Where a video ranked `(added, written)` sits, or would, among
+    /// category `sym`'s members, and the members after it: what a patch
+    /// of the category's list inserts before, found without a walk.
+    pub fn after_in_category(&self, sym: Sym, added: i64, written: WidRef<'_>) -> After<'a> {
+        self.after(self.members.by_category.get(&sym), added, written)
+    }
+
+    /// The same among tag `sym`'s members.
+    pub fn after_in_tag(&self, sym: Sym, added: i64, written: WidRef<'_>) -> After<'a> {
+        self.after(self.members.by_tag.get(&sym), added, written)
+    }
+
+    fn after(&self, scope: Option<&'a Ordered>, added: i64, written: WidRef<'_>) -> After<'a> {
+        let Some(scope) = scope else { return (0, self.ranks(None)) };
+        let (at, from) = match scope.find(self.videos, &(Reverse(added), written)) {
+            Ok(at) => (at, at + 1),
+            Err(at) => (at, at),
+        };
+        (at, Ranks { handles: scope.0[from..].iter(), videos: self.videos })
+    }
+
+    /// Whether the video (with its `addedTime`) references category `sym`.
+    pub fn in_category(&self, sym: Option<Sym>, added: i64, written: WidRef<'_>) -> bool {
+        let Some(scope) = sym.and_then(|s| self.members.by_category.get(&s)) else { return false };
+        scope.find(self.videos, &(Reverse(added), written)).is_ok()
+    }
+
+    /// The first `limit` distinct videos of the union of `categories`,
+    /// newest first: what a home section over them lists. A merge of the
+    /// categories' ordered members, so it reads about `limit` members per
+    /// call, not every member of every category. Each comes with its
+    /// `addedTime`.
+    pub fn newest_of(&self, categories: impl IntoIterator<Item = Sym>, limit: usize) -> Vec<(i64, WidRef<'a>)> {
+        use std::collections::BinaryHeap;
+        let mut heads: Vec<Ranks<'a>> = categories
+            .into_iter()
+            .filter_map(|c| self.members.by_category.get(&c))
+            .map(|o| self.ranks(Some(o)))
+            .collect();
+        // A min-heap on (rank, which iterator): the next newest overall.
+        let mut heap: BinaryHeap<Reverse<(Rank<'a>, usize)>> = BinaryHeap::new();
+        let ranked = |(added, w): (i64, WidRef<'a>)| (Reverse(added), w);
+        for (i, it) in heads.iter_mut().enumerate() {
+            if let Some(first) = it.next() {
+                heap.push(Reverse((ranked(first), i)));
+            }
+        }
+        let mut out: Vec<(i64, WidRef<'a>)> = Vec::with_capacity(limit.min(1024));
+        let mut last: Option<Rank<'a>> = None;
+        while out.len() < limit {
+            let Some(Reverse((rank, i))) = heap.pop() else { break };
+            // A video in two of the categories comes out twice in a row
+            // (same rank): it is listed once.
+            if last.as_ref().map(|l| l.cmp(&rank)) != Some(Ordering::Equal) {
+                out.push((rank.0.0, rank.1));
+                last = Some(rank);
+            }
+            if let Some(next) = heads[i].next() {
+                heap.push(Reverse((ranked(next), i)));
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::watch::compact::Wid;
+    use crate::watch::model::IdKey;
+    use crate::watch::videos::Fields;
+    use mongodb::bson::Bson;
 
-    fn view(added: i64, cats: &[Sym], tags: &[Sym]) -> IndexView {
-        (added, cats.into(), tags.into())
+    /// A store of videos with text ids, and their handles by id.
+    #[derive(Default)]
+    struct Store {
+        videos: Videos,
+        members: Members,
     }
 
-    fn texts<'a>(ids: impl IntoIterator<Item = &'a Wid>) -> Vec<String> {
-        ids.into_iter().map(Wid::text).collect()
+    impl Store {
+        fn put(&mut self, id: &str, added_ms: i64, cats: &[Sym], tags: &[Sym]) -> Handle {
+            let fields = Fields { active: true, added_ms, cats: cats.to_vec(), tags: tags.to_vec() };
+            let key = IdKey::Other(id.into());
+            self.videos.put(key, Bson::String(id.into()), Some(Wid::new(id)), Some(fields))
+        }
+
+        fn file(&mut self, id: &str, added_ms: i64, cats: &[Sym], tags: &[Sym]) -> Handle {
+            let h = self.put(id, added_ms, cats, tags);
+            self.members.insert(&self.videos, h);
+            h
+        }
+
+        fn view(&self) -> Scoped<'_> {
+            self.members.view(&self.videos)
+        }
+    }
+
+    fn texts<'a>(ids: impl IntoIterator<Item = WidRef<'a>>) -> Vec<String> {
+        ids.into_iter().map(|w| w.text()).collect()
+    }
+
+    fn w(id: &str) -> Wid {
+        Wid::new(id)
     }
 
     const C1: Sym = 1;
@@ -237,27 +297,29 @@ mod tests {
 
     #[test]
     fn members_come_newest_first_then_by_id_bytes() {
-        let mut m = Members::default();
-        m.insert(&Wid::new("b"), &view(5, &[C1], &[T1]));
-        m.insert(&Wid::new("a"), &view(5, &[C1], &[]));
-        m.insert(&Wid::new("Z"), &view(9, &[C1, C1], &[T1]));
+        let mut s = Store::default();
+        s.file("b", 5, &[C1], &[T1]);
+        s.file("a", 5, &[C1], &[]);
+        s.file("Z", 9, &[C1, C1], &[T1]);
+        let m = s.view();
         assert_eq!(texts(m.of_category(Some(C1))), ["Z", "a", "b"]);
         assert_eq!(texts(m.ranked_of_tag(Some(T1)).map(|(_, w)| w)), ["Z", "b"]);
-        assert!(m.in_category(Some(C1), 5, &Wid::new("a")) && !m.in_category(Some(C1), 4, &Wid::new("a")));
-        assert!(!m.in_category(Some(C2), 5, &Wid::new("a")) && !m.in_category(None, 5, &Wid::new("a")));
+        assert!(m.in_category(Some(C1), 5, w("a").as_ref()) && !m.in_category(Some(C1), 4, w("a").as_ref()));
+        assert!(!m.in_category(Some(C2), 5, w("a").as_ref()) && !m.in_category(None, 5, w("a").as_ref()));
         assert_eq!((m.of_category(Some(C1)).count(), m.of_category(Some(C3)).count()), (3, 0));
-        assert_eq!(m.of_category(Some(C1)).count(), 3, "a repeated reference files a video once");
+        assert_eq!(m.count_of_category(Some(C1)), 3, "a repeated reference files a video once");
         assert_eq!(m.of_category(None).count(), 0);
     }
 
     #[test]
     fn the_newest_of_several_categories_are_merged_once_each() {
-        let mut m = Members::default();
-        m.insert(&Wid::new("a"), &view(9, &[C1, C2], &[]));
-        m.insert(&Wid::new("b"), &view(8, &[C2], &[]));
-        m.insert(&Wid::new("c"), &view(8, &[C1], &[]));
-        m.insert(&Wid::new("d"), &view(1, &[C1], &[]));
-        m.insert(&Wid::new("e"), &view(7, &[C3], &[]));
+        let mut s = Store::default();
+        s.file("a", 9, &[C1, C2], &[]);
+        s.file("b", 8, &[C2], &[]);
+        s.file("c", 8, &[C1], &[]);
+        s.file("d", 1, &[C1], &[]);
+        s.file("e", 7, &[C3], &[]);
+        let m = s.view();
         let newest = |cats: &[Sym], limit| m.newest_of(cats.iter().copied(), limit);
         assert_eq!(texts(newest(&[C1, C2], 10).into_iter().map(|(_, w)| w)), ["a", "b", "c", "d"]);
         assert_eq!(newest(&[C1, C2, 99], 2).iter().map(|(added, _)| *added).collect::<Vec<_>>(), [9, 8]);
@@ -266,45 +328,46 @@ mod tests {
 
     #[test]
     fn what_comes_after_a_rank_is_found_whether_it_is_filed_or_not() {
-        let mut m = Members::default();
-        for (w, added) in [("a", 9), ("b", 8), ("c", 7)] {
-            m.insert(&Wid::new(w), &view(added, &[C1], &[T1]));
+        let mut s = Store::default();
+        for (id, added) in [("a", 9), ("b", 8), ("c", 7)] {
+            s.file(id, added, &[C1], &[T1]);
         }
+        let m = s.view();
         let next = |(at, mut rest): After<'_>| (at, rest.next().map(|(_, w)| w.text()));
-        assert_eq!(next(m.after_in_category(C1, 8, &Wid::new("b"))), (1, Some("c".into())));
-        assert_eq!(next(m.after_in_category(C1, 8, &Wid::new("a0"))), (1, Some("b".into())));
-        assert_eq!(next(m.after_in_tag(T1, 7, &Wid::new("c"))), (2, None));
-        assert_eq!(next(m.after_in_tag(T2, 7, &Wid::new("c"))), (0, None));
+        assert_eq!(next(m.after_in_category(C1, 8, w("b").as_ref())), (1, Some("c".into())));
+        assert_eq!(next(m.after_in_category(C1, 8, w("a0").as_ref())), (1, Some("b".into())));
+        assert_eq!(next(m.after_in_tag(T1, 7, w("c").as_ref())), (2, None));
+        assert_eq!(next(m.after_in_tag(T2, 7, w("c").as_ref())), (0, None));
         assert_eq!((m.count_of_category(Some(C1)), m.count_of_category(Some(C2))), (3, 0));
     }
 
     #[test]
     fn a_load_files_what_inserting_one_by_one_files() {
-        let videos: Vec<(Wid, IndexView)> = (0..200)
-            .map(|i: i64| {
-                (Wid::new(&format!("v{}", (i * 37) % 200)), view(i % 7, &[C1, (i % 3) as Sym, C1], &[T1, T2]))
-            })
-            .collect();
-        let mut one_by_one = Members::default();
-        for (w, v) in &videos {
-            one_by_one.insert(w, v);
+        let (mut built, mut one_by_one) = (Store::default(), Store::default());
+        let mut handles = Vec::new();
+        for i in 0..200i64 {
+            let (id, cats) = (format!("v{}", (i * 37) % 200), [C1, (i % 3) as Sym, C1]);
+            handles.push(built.put(&id, i % 7, &cats, &[T1, T2]));
+            one_by_one.file(&id, i % 7, &cats, &[T1, T2]);
         }
-        let built = Members::build(videos.iter().map(|(w, v)| (w, v.clone())));
-        assert_eq!(built, one_by_one);
-        assert_eq!(built.of_category(Some(C1)).count(), 200, "repeats filed once");
+        built.members = Members::build(&built.videos, handles.into_iter());
+        for sym in [C1, 0, 2] {
+            let ranked = |s: &Store| texts(s.view().of_category(Some(sym)));
+            assert_eq!(ranked(&built), ranked(&one_by_one));
+        }
+        assert_eq!(built.members.len(), one_by_one.members.len());
+        assert_eq!(built.view().of_category(Some(C1)).count(), 200, "repeats filed once");
     }
 
     #[test]
     fn removing_what_was_filed_leaves_nothing() {
-        let mut m = Members::default();
-        let (one, two) = (view(1, &[C1, C2], &[T1]), view(2, &[C2], &[T1, T2]));
-        let (v1, v2) = (Wid::new("v1"), Wid::new("v2"));
-        m.insert(&v1, &one);
-        m.insert(&v2, &two);
-        m.remove(&v1, &one);
-        assert_eq!(texts(m.of_category(Some(C2))), ["v2"]);
-        m.remove(&v2, &two);
-        assert!(m.is_empty(), "{m:?}");
-        assert_eq!(m.len(), 0);
+        let mut s = Store::default();
+        let v1 = s.file("v1", 1, &[C1, C2], &[T1]);
+        let v2 = s.file("v2", 2, &[C2], &[T1, T2]);
+        s.members.remove(&s.videos, v1);
+        assert_eq!(texts(s.view().of_category(Some(C2))), ["v2"]);
+        s.members.remove(&s.videos, v2);
+        assert!(s.members.is_empty(), "{:?}", s.members);
+        assert_eq!(s.members.len(), 0);
     }
 }

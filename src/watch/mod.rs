@@ -33,6 +33,7 @@ pub mod protocol;
 pub mod restart;
 pub mod state;
 pub mod stream;
+pub mod videos;
 
 pub use metrics::WatchMetrics;
 
@@ -266,7 +267,8 @@ pub async fn run_fenced(
                 tracing::info!(
                     videos = loaded.video_count(),
                     tracked_keys = loaded.existing.len(),
-                    scope_members = loaded.members.len(),
+                    scope_members = loaded.member_entries(),
+                    video_state_mib = loaded.video_footprint() as f64 / 1048576.0,
                     load_ms = loading.elapsed().as_millis() as u64,
                     db = %cfg.mongodb_db,
                     "watcher state loaded; streaming"

@@ -8,7 +8,7 @@
 //! ([`super::members`]), what the rebuild's index planner lists for it
 //! (the property test compares every batch with a full rebuild).
 
-use super::compact::{Sym, Wid};
+use super::compact::{Sym, WidRef};
 use super::delta::{self, Deltas};
 use super::state::{Applied, Held, Record, Scopes, State};
 use crate::model::catalog::Catalog;
@@ -161,7 +161,7 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         whole_tags.insert(tag.id.clone());
     }
     for c in &flipped {
-        videos.extend(state.members.of_category(state.syms.get(c)).map(Wid::text));
+        videos.extend(state.members().of_category(state.syms.get(c)).map(|w| w.text()));
     }
 
     // Touched videos: the detail always; the index scopes only when what
@@ -349,11 +349,11 @@ fn plan_scopes(
         let owner = state.syms.get(&owner.id);
         if whole.all || whole.tags.contains(&tag.id) || !patch_tag(state, ctx, &args, owner, deltas, visited, &mut out)
         {
-            let members = &state.members;
+            let members = state.members();
             let ids: Vec<String> = members
                 .ranked_of_tag(state.syms.get(&tag.id))
                 .inspect(|_| *visited += 1)
-                .filter(|(added, w)| members.in_category(owner, *added, w))
+                .filter(|(added, w)| members.in_category(owner, *added, *w))
                 .map(|(_, w)| w.text())
                 .collect();
             ctx.emit(&mut out.ops, FamilyId::VideoTagList, &args, Value::List(ids));
@@ -365,7 +365,7 @@ fn plan_scopes(
 /// An active category's count, index and list, whole.
 fn whole_category(state: &State, ctx: &PlanCtx, id: &str, visited: &mut usize, out: &mut Vec<Op>) {
     let scored: Vec<(i64, String)> =
-        state.members.ranked_of_category(state.syms.get(id)).map(|(added, w)| (added, w.text())).collect();
+        state.members().ranked_of_category(state.syms.get(id)).map(|(added, w)| (added, w.text())).collect();
     *visited += scored.len();
     let id = [id];
     ctx.emit(out, FamilyId::CategoryVideoCount, &id, Value::String(scored.len().to_string()));
@@ -389,7 +389,7 @@ fn patch_category(
 ) -> bool {
     let sym = state.syms.get(id);
     let moves = deltas.category(sym);
-    let now = state.members.count_of_category(sym);
+    let now = state.members().count_of_category(sym);
     let Some(before) = moves.size_before(now) else { return false };
     let families = [FamilyId::VideoCategoryIndex, FamilyId::VideoCategoryList];
     let keys: Vec<_> =
@@ -411,8 +411,9 @@ fn patch_category(
             FamilyId::VideoCategoryIndex => delta::zset_patch(key.clone(), before, &moves),
             _ => {
                 let sym = sym.expect("a category with members is referenced");
-                let after =
-                    |added, w: &Wid| delta::next_kept(state.members.after_in_category(sym, added, w), |_, _| true);
+                let after = |added, w: WidRef<'_>| {
+                    delta::next_kept(state.members().after_in_category(sym, added, w), |_, _| true)
+                };
                 delta::list_patch(key.clone(), before, &moves, after)
             }
         };
@@ -452,9 +453,9 @@ fn patch_tag(
     let (Some(sym), Some(owner)) = (sym, owner) else { return false };
     let Some(now) = moves.size_after(before) else { return false };
     *visited += moves.left.len() + moves.joined.len();
-    let members = &state.members;
-    let in_owner = |added, w: &Wid| members.in_category(Some(owner), added, w);
-    let after = |added, w: &Wid| delta::next_kept(members.after_in_tag(sym, added, w), in_owner);
+    let members = state.members();
+    let in_owner = |added, w: WidRef<'_>| members.in_category(Some(owner), added, w);
+    let after = |added, w: WidRef<'_>| delta::next_kept(members.after_in_tag(sym, added, w), in_owner);
     match delta::list_patch(key, before, &moves, after) {
         Some(patch) => {
             out.patches.push((patch, now));
@@ -481,7 +482,7 @@ fn plan_homes(state: &State, ctx: &PlanCtx, channels: &BTreeSet<String>) -> Vec<
             cats.iter().filter(|c| catalog.active_category(c).is_some()).filter_map(|c| state.syms.get(c)).collect();
         for section in &ctx.home_sections {
             let HomeSectionKind::Latest = section.kind;
-            let picked = state.members.newest_of(syms.iter().copied(), section.limit);
+            let picked = state.members().newest_of(syms.iter().copied(), section.limit);
             let scored = picked.into_iter().map(|(added, w)| (added, w.text())).collect();
             ctx.emit(&mut out, FamilyId::VideoListHome, &[&ch.id, &section.name], Value::Zset(scored));
         }

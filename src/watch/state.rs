@@ -10,8 +10,9 @@
 //! the same writes.
 
 use super::compact::{Sym, Syms, Wid};
-use super::members::Members;
+use super::members::{Members, Scoped};
 use super::model::{Coll, Event, IdKey, raw_id_key};
+use super::videos::{Fields, Handle, Saved, Videos};
 use crate::config::Collections;
 use crate::keys::Keys;
 use crate::model::catalog::Catalog;
@@ -24,42 +25,6 @@ use indexmap::IndexMap;
 use mongodb::bson::{Bson, RawDocumentBuf};
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeSet, HashMap};
-
-/// One video document, compactly.
-#[derive(Debug, Clone, PartialEq)]
-pub struct VideoState {
-    /// The `_id`, when its key does not give it back (not an ObjectId).
-    /// The written id is not kept: it follows from the key.
-    other_id: Option<Box<Bson>>,
-    /// What the index families read of it; `None` when it is rejected.
-    pub doc: Option<Slim>,
-}
-
-/// What the index families read of a valid video: references as stored
-/// (repeats kept), interned, categories then tags in one allocation.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Slim {
-    pub active: bool,
-    /// How many of `refs` are categories.
-    cats_len: u32,
-    pub added_ms: i64,
-    refs: Box<[Sym]>,
-}
-
-impl Slim {
-    pub fn new(active: bool, added_ms: i64, cats: Vec<Sym>, tags: Vec<Sym>) -> Slim {
-        let cats_len = u32::try_from(cats.len()).expect("fewer than 4 billion references");
-        Slim { active, cats_len, added_ms, refs: [cats, tags].concat().into_boxed_slice() }
-    }
-
-    pub fn cats(&self) -> &[Sym] {
-        &self.refs[..self.cats_len as usize]
-    }
-
-    pub fn tags(&self) -> &[Sym] {
-        &self.refs[self.cats_len as usize..]
-    }
-}
 
 /// An effective video as planning reads it: its record, and its detail
 /// payload when the current batch decoded it.
@@ -292,18 +257,19 @@ pub struct State {
     pub names: Collections,
     pub catalog_docs: [IndexMap<IdKey, RawDocumentBuf>; 3],
     pub catalog: Catalog,
-    pub videos: FxHashMap<IdKey, VideoState>,
-    /// Per written id, the documents carrying it in arrival order; the
-    /// first one owns the id (later ones are repeats and rejected).
-    pub by_written: FxHashMap<Wid, Vec<IdKey>>,
+    /// Every video document, compactly, found by `_id` and by written
+    /// id: the first document carrying a written id owns it (later ones
+    /// are repeats and rejected).
+    pub videos: Videos,
     /// The category and tag references the videos carry.
     pub syms: Syms,
     /// Detail payloads the current batch decoded, by document: planning
-    /// writes them; committing or undoing the batch drops them.
-    details: FxHashMap<IdKey, String>,
+    /// writes them; committing or undoing the batch drops them (a handle
+    /// stays the same document until then).
+    details: FxHashMap<Handle, String>,
     pub existing: Existing,
     /// The active videos of each referenced category and tag.
-    pub members: Members,
+    members: Members,
     /// Scopes a failed batch may have written part of: the next batch
     /// recomputes them whole. Mirrored in Redis (`cdc:pending`) so that a
     /// restart knows them too.
@@ -341,8 +307,8 @@ pub struct Applied {
     /// before the batch's first change to them. Maps, not lists: a batch
     /// of 20,000 updates looked each one up in a list and spent seconds
     /// there.
-    old_videos: HashMap<IdKey, Option<VideoState>>,
-    old_owners: HashMap<Wid, Option<Vec<IdKey>>>,
+    old_videos: HashMap<IdKey, Option<Saved>>,
+    old_owners: HashMap<Wid, Vec<Handle>>,
     /// Written ids of the videos the batch touched, with the index view
     /// and the active categories each had before it.
     pub videos: std::collections::BTreeMap<String, (Option<IndexView>, Vec<String>)>,
@@ -389,8 +355,7 @@ impl State {
             names: names.clone(),
             catalog: Catalog::default(),
             catalog_docs: [index(channels), index(categories), index(tags)],
-            videos: FxHashMap::default(),
-            by_written: FxHashMap::default(),
+            videos: Videos::default(),
             syms: Syms::default(),
             details: FxHashMap::default(),
             existing: Existing::default(),
@@ -400,6 +365,14 @@ impl State {
             replayed: true,
         };
         state.catalog = state.decode_catalog();
+        // The ids videos reference, nearly all: interned up front so that
+        // the load looks them up in parallel.
+        for c in &state.catalog.categories {
+            state.syms.intern(&c.id);
+        }
+        for t in &state.catalog.tags {
+            state.syms.intern(&t.id);
+        }
         state
     }
 
@@ -409,25 +382,57 @@ impl State {
     /// documents are dropped here; the load never holds them all.
     pub fn load_videos(&mut self, docs: Vec<RawDocumentBuf>) {
         use rayon::prelude::*;
+        // Everything but filing runs in parallel, interning included: the
+        // catalogue's ids are interned already (see `State::new`), so only
+        // a reference to an id the catalogue lacks is left to intern here.
+        let syms = &self.syms;
+        let look = |ids: Vec<String>| -> Vec<Result<Sym, String>> {
+            ids.into_iter().map(|id| syms.get(&id).ok_or(id)).collect()
+        };
         let decoded: Vec<_> = docs
             .par_iter()
             .map(|doc| {
                 let (key, raw_id) = (raw_id_key(doc)?, doc.get("_id").ok().flatten()?);
                 let raw_id: Bson = raw_id.to_raw_bson().try_into().unwrap_or(Bson::Null);
-                Some((key, raw_id, decode(doc, false).0))
+                let written = written_of(&raw_id);
+                let video = decode(doc, false).0.ok();
+                let refs = video.map(|d| (d.active, d.added_ms, look(d.category_ids), look(d.tag_ids)));
+                Some((key, raw_id, written, refs))
             })
             .collect();
         drop(docs);
-        self.videos.reserve(decoded.len());
-        self.by_written.reserve(decoded.len());
-        for (key, raw_id, video) in decoded.into_iter().flatten() {
-            self.put_video(key, raw_id, video);
+        for (key, raw_id, written, refs) in decoded.into_iter().flatten() {
+            let mut intern = |refs: Vec<Result<Sym, String>>| -> Vec<Sym> {
+                refs.into_iter().map(|r| r.unwrap_or_else(|id| self.syms.intern(&id))).collect()
+            };
+            let fields = refs.map(|(active, added_ms, cats, tags)| {
+                let (cats, tags) = (intern(cats), intern(tags));
+                Fields { active, added_ms, cats, tags }
+            });
+            self.videos.put(key, raw_id, written, fields);
         }
     }
 
     /// Ends the load: files every effective video under its scopes.
     pub fn finish_load(&mut self) {
-        self.members = Members::build(self.by_written.keys().filter_map(|w| Some((w, self.view_of(w)?))));
+        let effective = self.videos.owners().filter(|&h| self.videos.doc(h).is_some_and(|d| d.active));
+        self.members = Members::build(&self.videos, effective);
+    }
+
+    /// The scopes' members, as planning reads them.
+    pub fn members(&self) -> Scoped<'_> {
+        self.members.view(&self.videos)
+    }
+
+    /// How many (scope, video) entries are filed.
+    pub fn member_entries(&self) -> usize {
+        self.members.len()
+    }
+
+    /// About how many bytes the per-video state holds: the video store
+    /// and the scopes' members (what grows with the videos).
+    pub fn video_footprint(&self) -> usize {
+        self.videos.footprint() + self.members.footprint()
     }
 
     /// Builds the state from whole collections, in cursor order.
@@ -460,26 +465,28 @@ impl State {
     }
 
     pub fn effective_of(&self, written: &Wid) -> Option<Video<'_>> {
-        let first = self.by_written.get(written)?.first()?;
-        let slim = self.videos.get(first)?.doc.as_ref().filter(|d| d.active)?;
+        let h = self.effective_handle(written)?;
+        let doc = self.videos.doc(h)?;
         Some(Video {
-            added_ms: slim.added_ms,
-            cats: slim.cats(),
-            tags: slim.tags(),
-            detail: self.details.get(first).map(String::as_str),
+            added_ms: doc.added_ms,
+            cats: doc.cats,
+            tags: doc.tags,
+            detail: self.details.get(&h).map(String::as_str),
         })
+    }
+
+    /// The document that makes a written id's video: its owner, when
+    /// valid and active.
+    fn effective_handle(&self, written: &Wid) -> Option<Handle> {
+        let h = self.videos.owner(written.as_ref())?;
+        self.videos.doc(h).is_some_and(|d| d.active).then_some(h)
     }
 
     /// The owner of a written id when its detail payload is not known
     /// (it was loaded without one): its raw `_id`, to read it again.
     pub fn needs_detail(&self, written: &str) -> Option<Bson> {
-        let first = self.by_written.get(&Wid::new(written))?.first()?;
-        let state = self.videos.get(first)?;
-        let active = state.doc.as_ref().is_some_and(|d| d.active);
-        if !active || self.details.contains_key(first) {
-            return None;
-        }
-        first.object_id().or_else(|| state.other_id.as_deref().cloned())
+        let h = self.effective_handle(&Wid::new(written))?;
+        (!self.details.contains_key(&h)).then(|| self.videos.raw_id(h))
     }
 
     pub fn index_view(&self, written: &str) -> Option<IndexView> {
@@ -507,7 +514,7 @@ impl State {
             let Some((family, args)) = keys.parse(key) else { continue };
             let derived = match (family, args.as_slice()) {
                 (FamilyId::VideoCategoryIndex | FamilyId::VideoCategoryList, [cat]) => {
-                    catalog.active_category(cat).map(|_| self.members.count_of_category(self.syms.get(cat)))
+                    catalog.active_category(cat).map(|_| self.members().count_of_category(self.syms.get(cat)))
                 }
                 (FamilyId::VideoTagList, [cat, tag]) => catalog
                     .active_tag_index(tag)
@@ -515,8 +522,9 @@ impl State {
                     .and_then(|_| catalog.active_category(cat))
                     .map(|_| {
                         let owner = self.syms.get(cat);
-                        let members = self.members.ranked_of_tag(self.syms.get(tag));
-                        members.filter(|(added, w)| self.members.in_category(owner, *added, w)).count()
+                        let members = self.members();
+                        let tagged = members.ranked_of_tag(self.syms.get(tag));
+                        tagged.filter(|(added, w)| members.in_category(owner, *added, *w)).count()
                     }),
                 _ => None,
             };
@@ -556,36 +564,18 @@ impl State {
     fn put_video(&mut self, key: IdKey, raw_id: Bson, doc: Result<VideoDoc, Rejection>) {
         // The key is the `_id`, so a document's written id never changes.
         let written = written_of(&raw_id);
-        let other_id = key.object_id().is_none().then(|| Box::new(raw_id));
-        let doc = doc.ok().map(|mut d| {
-            match d.detail.take() {
-                Some(detail) => self.details.insert(key.clone(), detail),
-                None => self.details.remove(&key),
-            };
+        let mut detail = None;
+        let fields = doc.ok().map(|mut d| {
+            detail = d.detail.take();
             let mut intern = |ids: Vec<String>| ids.iter().map(|i| self.syms.intern(i)).collect();
             let (cats, tags) = (intern(d.category_ids), intern(d.tag_ids));
-            Slim::new(d.active, d.added_ms, cats, tags)
+            Fields { active: d.active, added_ms: d.added_ms, cats, tags }
         });
-        if doc.is_none() {
-            self.details.remove(&key);
-        }
-        self.videos.insert(key.clone(), VideoState { other_id, doc });
-        if let Some(w) = written {
-            let list = self.by_written.entry(w).or_default();
-            if !list.contains(&key) {
-                list.push(key);
-            }
-        }
-    }
-
-    fn unlink_written(&mut self, key: &IdKey, written: Option<Wid>) {
-        let Some(w) = written else { return };
-        if let Some(list) = self.by_written.get_mut(&w) {
-            list.retain(|k| k != key);
-            if list.is_empty() {
-                self.by_written.remove(&w);
-            }
-        }
+        let h = self.videos.put(key, raw_id, written, fields);
+        match detail {
+            Some(detail) => self.details.insert(h, detail),
+            None => self.details.remove(&h),
+        };
     }
 
     /// Applies a batch of events, recording how to undo it.
@@ -611,9 +601,9 @@ impl State {
                 }
                 Event::Remove { coll: Coll::Video, key, raw_id } => {
                     self.before_video(&key, &raw_id, &mut applied);
-                    self.details.remove(&key);
-                    if self.videos.remove(&key).is_some() {
-                        self.unlink_written(&key, written_of(&raw_id));
+                    if let Some(h) = self.videos.find(&key) {
+                        self.details.remove(&h);
+                        self.videos.remove(&key);
                     }
                 }
                 Event::Upsert { coll, key, raw_id, doc } => {
@@ -637,28 +627,38 @@ impl State {
             let new = self.decode_catalog();
             applied.old_catalog = Some(std::mem::replace(&mut self.catalog, new));
         }
-        // Refile the touched videos: out as they were, in as they are.
-        for (w, (before, _)) in &applied.videos {
-            let w = Wid::new(w);
-            if let Some(view) = before {
-                self.members.remove(&w, view);
-            }
-            if let Some(view) = self.view_of(&w) {
-                self.members.insert(&w, &view);
+        // File the touched videos again, as they are now (they were
+        // unfiled before their first change: see `before_video`).
+        self.file_touched(&applied, true);
+        applied
+    }
+
+    /// Files (or unfiles) the effective videos of the written ids a batch
+    /// touched, as the store holds them now.
+    fn file_touched(&mut self, applied: &Applied, file: bool) {
+        for w in applied.videos.keys() {
+            let Some(h) = self.effective_handle(&Wid::new(w)) else { continue };
+            match file {
+                true => self.members.insert(&self.videos, h),
+                false => self.members.remove(&self.videos, h),
             }
         }
-        applied
     }
 
     /// Records, once per batch, a video document and its written id's
     /// owners before it, and what the index families saw of that id.
+    /// The first time, also unfiles the id's video from its scopes: the
+    /// scopes find a member by its record, which is about to change.
     fn before_video(&mut self, key: &IdKey, raw_id: &Bson, applied: &mut Applied) {
-        applied.old_videos.entry(key.clone()).or_insert_with(|| self.videos.get(key).cloned());
+        applied.old_videos.entry(key.clone()).or_insert_with(|| self.videos.save(key));
         if let Some(w) = written_of(raw_id) {
-            applied.old_owners.entry(w.clone()).or_insert_with(|| self.by_written.get(&w).cloned());
+            applied.old_owners.entry(w.clone()).or_insert_with(|| self.videos.carriers(w.as_ref()));
             if let std::collections::btree_map::Entry::Vacant(entry) = applied.videos.entry(w.text()) {
                 let cats = self.effective_of(&w).map(|v| self.active_categories(&self.catalog, v)).unwrap_or_default();
                 entry.insert((self.view_of(&w), cats));
+                if let Some(h) = self.effective_handle(&w) {
+                    self.members.remove(&self.videos, h);
+                }
             }
         }
     }
@@ -679,12 +679,8 @@ impl State {
 
     /// Takes a batch back: the state is exactly as before [`State::apply`].
     pub fn undo(&mut self, applied: Applied) {
+        self.file_touched(&applied, false);
         let Applied { old_catalog, catalog_undo, old_videos, old_owners, videos, .. } = applied;
-        for w in videos.keys().map(|w| Wid::new(w)) {
-            if let Some(view) = self.view_of(&w) {
-                self.members.remove(&w, &view);
-            }
-        }
         // Between batches no detail is kept (see `commit`).
         self.details.clear();
         // Last change first, so each document goes back where it was.
@@ -699,21 +695,10 @@ impl State {
         if let Some(catalog) = old_catalog {
             self.catalog = catalog;
         }
-        for (key, old) in old_videos {
-            match old {
-                Some(state) => self.videos.insert(key, state),
-                None => self.videos.remove(&key),
-            };
-        }
-        for (w, owners) in old_owners {
-            match owners {
-                Some(list) => self.by_written.insert(w, list),
-                None => self.by_written.remove(&w),
-            };
-        }
-        for (w, (before, _)) in &videos {
-            if let Some(view) = before {
-                self.members.insert(&Wid::new(w), view);
+        self.videos.undo(old_videos, old_owners);
+        for w in videos.keys() {
+            if let Some(h) = self.effective_handle(&Wid::new(w)) {
+                self.members.insert(&self.videos, h);
             }
         }
     }
@@ -734,6 +719,7 @@ impl State {
             self.existing.insert(keys, key, *held);
         }
         drop(applied);
+        self.videos.commit();
         self.details.clear();
     }
 }

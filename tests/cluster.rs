@@ -1,6 +1,7 @@
 //! Faults a Redis Cluster brings, against a real three-master cluster:
 //! slots moving under a rebuild, a master restarting mid-run, a paused
-//! writer waking up after a take-over, a slot's epoch copy lost. Each
+//! writer waking up after a take-over, a slot's epoch copy lost, an
+//! operator's fail-over of every master mid-run. Each
 //! ends by comparing the cache with a fresh full rebuild.
 //!
 //! The shared-assertion tests (rebuild, sweep, verify, purge, watcher)
@@ -437,6 +438,51 @@ async fn a_fail_over_to_a_replica_mid_rebuild_is_detected_and_the_run_redone() {
     let summary = run.await.unwrap().expect("the rebuild recovers from a fail-over");
     assert!(summary.written_total() > 0);
     assert!(cluster.replication(master_port).contains("role:slave"), "the old master came back as a replica");
+    assert_exact(&cfg).await;
+}
+
+/// An operator's manual fail-over (`CLUSTER FAILOVER`, coordinated: each
+/// replica catches up with its master before taking over) of every master
+/// in turn while a rebuild runs. Once the run is writing, a proxy stalls
+/// its MongoDB connections (with timeouts long enough that the driver
+/// waits), so the run spans all three fail-overs whatever the machine's
+/// speed, while what it read already goes on into the changing masters.
+/// Each promotion changes a master's `run_id`, so the run is redone, and
+/// the cache ends equal to a fresh rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_fail_over_of_every_master_mid_rebuild_leaves_the_cache_exact() {
+    let _serial = SERIAL.lock().await;
+    let cluster = tokio::task::block_in_place(common::servers::RedisCluster::start_with_replicas);
+    let name = common::unique("manualfailover");
+    let direct = common::config(&common::shared().mongo.uri(), &cluster.url(), &name);
+    // More videos than the run reads ahead of its writes (a few decode
+    // batches): when the stall comes, most are still to be read.
+    common::generate(&direct, 40_000, 35).await;
+    let proxy = common::proxy::Proxy::start(common::shared().mongo.port).await;
+    let patient = "&connectTimeoutMS=300000&serverSelectionTimeoutMS=300000&heartbeatFrequencyMS=300000";
+    let mut cfg = common::config(&format!("{}{patient}", proxy.mongo_uri()), &cluster.url(), &name);
+    cfg.write_batch_ops = 100;
+
+    let run = {
+        let cfg = cfg.clone();
+        tokio::spawn(async move { rebuild_with_retries(&cfg, &RebuildOptions::full(), &Progress::hidden(), 6).await })
+    };
+    wait_until_mid_run(&cfg).await;
+    proxy.stall();
+    let replicas = tokio::task::block_in_place(|| cluster.synced_replicas(3));
+    for (replica, _) in &replicas {
+        tokio::task::block_in_place(|| {
+            cluster.promote(*replica, None);
+            cluster.wait_ok();
+        });
+    }
+    assert!(!run.is_finished(), "the run, held by its stalled MongoDB connection, spans every fail-over");
+    proxy.resume();
+    let summary = run.await.unwrap().expect("the rebuild follows every fail-over");
+    assert!(summary.written_total() > 0);
+    for (_, old_master) in &replicas {
+        assert!(cluster.replication(*old_master).contains("role:slave"), "{old_master} is a replica now");
+    }
     assert_exact(&cfg).await;
 }
 

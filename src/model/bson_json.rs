@@ -34,6 +34,17 @@ pub fn write_value(out: &mut String, value: RawBsonRef<'_>, lossy: &mut Lossy) -
     Ok(())
 }
 
+/// Reads a BSON value through as [`write_value`] does, writing nothing:
+/// it fails exactly where the conversion would (a malformed element), so
+/// a caller that needs no JSON still rejects the same documents.
+pub fn check_value(value: RawBsonRef<'_>) -> Result<(), RawError> {
+    match value {
+        RawBsonRef::Document(doc) => doc.into_iter().try_for_each(|element| check_value(element?.1)),
+        RawBsonRef::Array(arr) => arr.into_iter().try_for_each(|value| check_value(value?)),
+        _ => Ok(()),
+    }
+}
+
 /// The text of a BSON value JSON has no form for: a symbol's or code's own
 /// string, otherwise the value as the BSON library prints it.
 fn other_text(value: RawBsonRef<'_>) -> String {
@@ -129,6 +140,23 @@ mod tests {
         let mut out = String::new();
         write_date(&mut out, ms);
         out
+    }
+
+    #[test]
+    fn checking_fails_where_converting_fails() {
+        let doc = mongodb::bson::rawdoc! { "a": { "b": [1, { "c": "x" }] }, "d": 2.5 };
+        let value = RawBsonRef::Document(&doc);
+        assert!(check_value(value).is_ok() && write_value(&mut String::new(), value, &mut Lossy::default()).is_ok());
+        // A nested document whose last element's length runs past its end.
+        let mut bytes = doc.as_bytes().to_vec();
+        let at = bytes.len() - 12;
+        bytes[at] = 0x7f;
+        if let Ok(broken) = RawDocument::from_bytes(&bytes) {
+            let value = RawBsonRef::Document(broken);
+            let (checked, written) =
+                (check_value(value), write_value(&mut String::new(), value, &mut Lossy::default()));
+            assert_eq!(checked.is_ok(), written.is_ok(), "{checked:?} {written:?}");
+        }
     }
 
     #[test]

@@ -4,10 +4,11 @@
 mod common;
 
 use cachewright::plan::FamilySet;
-use cachewright::rebuild::{plan_ctx, plan_in_memory};
+use cachewright::plan::plan_in_memory;
+use cachewright::rebuild::plan_ctx;
 use mongodb::bson::RawDocumentBuf;
 
-fn planned(families: FamilySet) -> cachewright::rebuild::PlannedRun {
+fn planned(families: FamilySet) -> cachewright::plan::PlannedRun {
     let cfg = common::golden_config();
     let c = &cfg.collections;
     let sets = cachewright::dev::fixtures::read_dir(

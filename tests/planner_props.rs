@@ -3,8 +3,9 @@
 
 mod common;
 
+use cachewright::plan::plan_in_memory;
 use cachewright::plan::{FamilySet, Value};
-use cachewright::rebuild::{plan_ctx, plan_in_memory};
+use cachewright::rebuild::plan_ctx;
 use cachewright::registry::{FamilyId, Registry};
 use mongodb::bson::{Bson, DateTime, Document, RawDocumentBuf, doc, oid::ObjectId};
 use proptest::prelude::*;

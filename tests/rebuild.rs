@@ -224,7 +224,7 @@ async fn streaming_rebuild_writes_what_the_in_memory_planner_plans() {
     let c = &cfg.collections;
     let raw = source.read_four(&cfg).await.unwrap();
     let ctx = cachewright::rebuild::plan_ctx(&cfg, FamilySet::all());
-    let run = cachewright::rebuild::plan_in_memory(&ctx, c, &raw[0], &raw[1], &raw[2], &raw[3]);
+    let run = cachewright::plan::plan_in_memory(&ctx, c, &raw[0], &raw[1], &raw[2], &raw[3]);
     let dump = common::dump(&s.redis.url(), &cfg.prefix).await;
     let expected = common::render::render_ops(&run.ops).replace(&format!("\n{}", cfg.prefix), "\napp:");
     let expected = expected.strip_prefix(cfg.prefix.as_str()).map(|r| format!("app:{r}")).unwrap_or(expected);

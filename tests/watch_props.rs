@@ -11,8 +11,9 @@
 mod common;
 
 use cachewright::config::Config;
+use cachewright::plan::plan_in_memory;
 use cachewright::plan::{Change, FamilySet, Op, PlanCtx, TxBudget};
-use cachewright::rebuild::{plan_ctx, plan_in_memory};
+use cachewright::rebuild::plan_ctx;
 use cachewright::registry::Tier;
 use cachewright::watch::model::{Coll, Event, id_key};
 use cachewright::watch::plan::{RedisView, plan_batch};

@@ -4,9 +4,10 @@
 //! production.
 
 use crate::config::Config;
+use crate::plan::plan_in_memory;
 use crate::plan::{FamilySet, Value};
 use crate::progress::Progress;
-use crate::rebuild::{RunError, plan_ctx, plan_in_memory};
+use crate::rebuild::{RunError, plan_ctx};
 use crate::registry::FamilyId;
 use crate::sink::{Observed, Sink};
 use crate::source::Source;

@@ -5,7 +5,8 @@
 
 use crate::config::Config;
 use crate::plan::FamilySet;
-use crate::rebuild::{Batcher, plan_ctx, plan_in_memory};
+use crate::plan::plan_in_memory;
+use crate::rebuild::{Batcher, plan_ctx};
 use crate::sink::{Sink, run_writer};
 use crate::source::Source;
 use serde::Serialize;

@@ -9,11 +9,14 @@
 
 pub mod category;
 pub mod channel;
+pub mod decode;
 pub mod order;
 pub mod patch;
 pub mod tag;
 pub mod text;
 pub mod video;
+
+pub use decode::{PlannedRun, decode_catalog, plan_in_memory};
 
 use crate::keys::{Key, Keys};
 use crate::model::catalog::Catalog;

@@ -3,12 +3,10 @@
 //! Reading, planning and writing overlap; only the small per-video index
 //! tuples are held until the end.
 
-mod decode;
 pub mod guard;
 mod summary;
 mod videos;
 
-pub use decode::{PlannedRun, decode_catalog, plan_in_memory};
 pub use summary::RunSummary;
 
 use crate::config::Config;
@@ -207,7 +205,7 @@ pub async fn read_catalog(
         source.read_all(&names.tag, batch),
     )?;
     let decoded =
-        tokio::task::spawn_blocking(move || decode::decode_catalog(&names, &channels, &categories, &tags)).await?;
+        tokio::task::spawn_blocking(move || crate::plan::decode_catalog(&names, &channels, &categories, &tags)).await?;
     Ok(decoded)
 }
 

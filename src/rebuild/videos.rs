@@ -2,11 +2,11 @@
 //! the previous batch is decoded and planned with rayon on the blocking
 //! pool; detail ops go straight to the writer, index tuples are kept.
 
-use super::decode::{admit_videos, decode_videos};
 use super::{Batcher, RunError};
 use crate::config::Config;
 use crate::model::decode::Intake;
 use crate::plan::PlanCtx;
+use crate::plan::decode::{admit_videos, decode_videos};
 use crate::plan::video::VideoIndex;
 use crate::progress::Progress;
 use crate::registry::FamilyId;

@@ -19,7 +19,7 @@ use crate::model::catalog::Catalog;
 use crate::model::decode::doc_id;
 use crate::model::report::{RefReport, Rejection};
 use crate::model::video::{VideoDoc, decode_video};
-use crate::rebuild::decode_catalog;
+use crate::plan::decode_catalog;
 use crate::registry::{FamilyId, Scope};
 use indexmap::IndexMap;
 use mongodb::bson::{Bson, RawDocumentBuf};

@@ -214,7 +214,8 @@ pub fn render_dump(dump: &BTreeMap<String, (Content, i64)>, prefix: &str) -> Str
 /// What a fresh full rebuild of MongoDB's current state writes, rendered
 /// like [`render_dump`].
 pub async fn expected_render(cfg: &Config) -> String {
-    use cachewright::rebuild::{plan_ctx, plan_in_memory};
+    use cachewright::plan::plan_in_memory;
+    use cachewright::rebuild::plan_ctx;
     let source = cachewright::source::Source::connect(cfg).await.expect("mongo reachable");
     let raw = source.read_four(cfg).await.expect("read the collections");
     let ctx = plan_ctx(cfg, cachewright::plan::FamilySet::all());

@@ -1,13 +1,15 @@
-//! Decoding stages shared by the streaming rebuild, the in-memory planner
-//! (golden tests, benchmark) and anything else that plans from raw BSON.
+//! Decoding stages shared by the streaming rebuild, the watcher's state,
+//! the in-memory planner (`verify`, golden and property tests, benchmark)
+//! and anything else that plans from raw BSON: pure, like the rest of
+//! planning (no I/O; the rebuild and the watcher read, this decodes).
 
+use super::video::{VideoIndex, plan_detail};
+use super::{Op, PlanCtx};
 use crate::config::Collections;
 use crate::model::catalog::Catalog;
 use crate::model::decode::{self, Intake, doc_id};
 use crate::model::report::{CollectionReport, RefReport, Rejection};
 use crate::model::video::{VideoDoc, decode_video};
-use crate::plan::video::{VideoIndex, plan_detail};
-use crate::plan::{self, Op, PlanCtx};
 use crate::registry::FamilyId;
 use mongodb::bson::RawDocumentBuf;
 use rayon::prelude::*;
@@ -90,7 +92,7 @@ pub fn plan_in_memory(
     videos: &[RawDocumentBuf],
 ) -> PlannedRun {
     let (catalog, reports, mut refs) = decode_catalog(names, channels, categories, tags);
-    let (mut ops, plan_refs) = plan::plan_catalog(&catalog, ctx);
+    let (mut ops, plan_refs) = super::plan_catalog(&catalog, ctx);
     refs.merge(&plan_refs);
     let mut collections: Vec<_> = reports.into_iter().collect();
     if ctx.families.needs_videos() {
@@ -98,7 +100,7 @@ pub fn plan_in_memory(
         let mut index = VideoIndex::default();
         let decoded = decode_videos(videos, ctx.families.contains(FamilyId::VideoDetail));
         admit_videos(decoded, &mut intake, &mut index, ctx, &mut ops);
-        let (index_ops, index_refs) = plan::video::plan_indexes(&index, &catalog, ctx);
+        let (index_ops, index_refs) = super::video::plan_indexes(&index, &catalog, ctx);
         ops.extend(index_ops);
         refs.merge(&intake.refs);
         refs.merge(&index_refs);

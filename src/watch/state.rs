@@ -601,9 +601,8 @@ impl State {
                 }
                 Event::Remove { coll: Coll::Video, key, raw_id } => {
                     self.before_video(&key, &raw_id, &mut applied);
-                    if let Some(h) = self.videos.find(&key) {
+                    if let Some(h) = self.videos.remove(&key) {
                         self.details.remove(&h);
-                        self.videos.remove(&key);
                     }
                 }
                 Event::Upsert { coll, key, raw_id, doc } => {

@@ -132,6 +132,60 @@ async fn sweep_deletes_only_stale_keys(setup: Setup) {
     assert_eq!(cats, &vec!["c1".to_string()]);
 }
 
+/// A sweep names at most its cap of stale keys per pass: with far more
+/// stale keys than that it still deletes every one (pass after pass), and
+/// the guard judges the whole count before the first deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_above_its_cap_deletes_every_stale_key_and_the_guard_counts_them_all() {
+    let s = common::shared();
+    let url = s.redis.url();
+    let name = common::unique("sweepcap");
+    let mut cfg = common::config(&s.mongo.uri(), &url, &name);
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    let p = cfg.prefix.clone();
+    let mut conn = common::redis_conn(&url).await;
+    let capped = RebuildOptions { sweep_cap: 3, ..all() };
+    let first = rebuild(&cfg, &capped, &Progress::hidden()).await.expect("first rebuild");
+    let plant = |n: usize| -> Vec<String> {
+        (0..n)
+            .flat_map(|i| {
+                [
+                    format!("{p}video:detail:gone{i}"),
+                    format!("{p}video:categories:gone{i}"),
+                    format!("{p}tag:list:x{i}"),
+                ]
+            })
+            .collect()
+    };
+    let set_all = |keys: Vec<String>| {
+        let mut conn = conn.clone();
+        async move {
+            for key in &keys {
+                let _: () = redis::cmd("SET").arg(key).arg("stale").query_async(&mut conn).await.unwrap();
+            }
+        }
+    };
+
+    // 30 stale keys (of three families, two of them per video) and a cap
+    // of 3: ten passes, every key gone, the cache as a fresh rebuild left it.
+    set_all(plant(10)).await;
+    let summary = rebuild(&cfg, &capped, &Progress::hidden()).await.expect("rebuild");
+    assert_eq!(summary.deleted_total(), 30);
+    assert_eq!(summary.deleted.get(&FamilyId::VideoDetail), Some(&10));
+    assert_eq!(summary.deleted.get(&FamilyId::VideoCategories), Some(&10));
+    common::assert_exact_at(&url, &cfg).await;
+
+    // More stale keys than the share allows, though a pass names only 3 of
+    // them: the guard refuses, and nothing is deleted.
+    let many = plant(first.written_total() as usize);
+    set_all(many.clone()).await;
+    cfg.sweep_max_share = 0.5;
+    let err = rebuild(&cfg, &capped, &Progress::hidden()).await.expect_err("a mass delete must be refused");
+    assert!(matches!(err, cachewright::rebuild::RunError::Guard(_)), "{err}");
+    let left: usize = redis::cmd("EXISTS").arg(&many).query_async(&mut conn).await.unwrap();
+    assert_eq!(left, many.len(), "the guard let some stale keys be deleted");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_and_dry_run_touch_what_they_say() {
     let s = common::shared();

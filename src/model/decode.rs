@@ -235,10 +235,24 @@ impl Intake {
         decoded: Result<T, Rejection>,
         refs: RefReport,
     ) -> Option<T> {
+        let mut seen = std::mem::take(&mut self.seen);
+        let admitted = self.admit_by(id, decoded, refs, |id| seen.insert(id.to_string()));
+        self.seen = seen;
+        admitted
+    }
+
+    /// [`Intake::admit`] with the ids seen kept by the caller: `claim`
+    /// claims an id and says whether it is new (false: a repeat).
+    pub fn admit_by<T>(
+        &mut self,
+        id: Result<String, Rejection>,
+        decoded: Result<T, Rejection>,
+        refs: RefReport,
+        claim: impl FnOnce(&str) -> bool,
+    ) -> Option<T> {
         self.report.read += 1;
-        let result = id.and_then(|id| {
-            if self.seen.insert(id.clone()) { decoded } else { Err(Rejection { id, reason: Reason::DuplicateId }) }
-        });
+        let result =
+            id.and_then(|id| if claim(&id) { decoded } else { Err(Rejection { id, reason: Reason::DuplicateId }) });
         match result {
             Ok(item) => {
                 self.refs.merge(&refs);

@@ -3,6 +3,7 @@
 
 pub mod bson_json;
 pub mod catalog;
+pub mod compact;
 pub mod decode;
 pub mod id;
 pub mod json;

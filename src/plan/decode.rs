@@ -3,7 +3,7 @@
 //! and anything else that plans from raw BSON: pure, like the rest of
 //! planning (no I/O; the rebuild and the watcher read, this decodes).
 
-use super::video::{VideoIndex, plan_detail};
+use super::index::{Resolved, VideoTable, resolve_refs};
 use super::{Op, PlanCtx};
 use crate::config::Collections;
 use crate::model::catalog::Catalog;
@@ -40,35 +40,52 @@ pub fn decode_catalog<'a>(
 }
 
 /// One video decoded off the cursor's order: its id, the decoder's result
-/// and what the decoder counted.
-pub type DecodedVideo = (Result<String, Rejection>, Result<VideoDoc, Rejection>, RefReport);
+/// and what the decoder counted, with an active video's references
+/// resolved against the catalogue (see [`resolve_refs`]).
+pub struct DecodedVideo {
+    id: Result<String, Rejection>,
+    video: Result<VideoDoc, Rejection>,
+    refs: RefReport,
+    resolved: Option<Resolved>,
+}
 
 /// Decodes a batch of videos in parallel (rayon).
-pub fn decode_videos(batch: &[RawDocumentBuf], want_detail: bool) -> Vec<DecodedVideo> {
+pub fn decode_videos(batch: &[RawDocumentBuf], catalog: &Catalog, want_detail: bool) -> Vec<DecodedVideo> {
     batch
         .par_iter()
         .map(|raw| {
             let id = doc_id(raw);
             let mut refs = RefReport::default();
             let video = id.clone().and_then(|id| decode_video(raw, id, &mut refs, want_detail));
-            (id, video, refs)
+            let resolved = match &video {
+                Ok(video) if video.active => Some(resolve_refs(video, catalog, &mut refs)),
+                _ => None,
+            };
+            DecodedVideo { id, video, refs, resolved }
         })
         .collect()
 }
 
 /// Admits decoded videos in cursor order (repeats are rejected here),
-/// keeps their index tuples and plans their details into `ops`.
+/// keeps them in the table and plans their per-video keys into `ops`.
 pub fn admit_videos(
     decoded: Vec<DecodedVideo>,
     intake: &mut Intake,
-    index: &mut VideoIndex,
+    table: &mut VideoTable,
+    catalog: &Catalog,
     ctx: &PlanCtx,
     ops: &mut Vec<Op>,
 ) {
-    for (id, video, refs) in decoded {
-        if let Some(mut video) = intake.admit(id, video, refs) {
-            index.push(&video);
-            plan_detail(&mut video, ctx, ops);
+    for DecodedVideo { id, video, refs, resolved } in decoded {
+        let mut claimed = None;
+        let claim = |id: &str| {
+            claimed = table.claim(id);
+            claimed.is_some()
+        };
+        if let Some(mut video) = intake.admit_by(id, video, refs, claim)
+            && let Some(at) = claimed
+        {
+            table.admit(at, &mut video, resolved, catalog, ctx, ops);
         }
     }
 }
@@ -97,13 +114,14 @@ pub fn plan_in_memory(
     let mut collections: Vec<_> = reports.into_iter().collect();
     if ctx.families.needs_videos() {
         let mut intake = Intake::default();
-        let mut index = VideoIndex::default();
-        let decoded = decode_videos(videos, ctx.families.contains(FamilyId::VideoDetail));
-        admit_videos(decoded, &mut intake, &mut index, ctx, &mut ops);
-        let (index_ops, index_refs) = super::video::plan_indexes(&index, &catalog, ctx);
-        ops.extend(index_ops);
+        let mut table = VideoTable::default();
+        let decoded = decode_videos(videos, &catalog, ctx.families.contains(FamilyId::VideoDetail));
+        admit_videos(decoded, &mut intake, &mut table, &catalog, ctx, &mut ops);
+        table.plan_index_keys(&catalog, ctx, &mut |group| {
+            ops.extend(group);
+            true
+        });
         refs.merge(&intake.refs);
-        refs.merge(&index_refs);
         collections.push((names.video.clone(), intake.report));
     }
     PlannedRun { ops, collections, refs }

@@ -10,6 +10,7 @@
 pub mod category;
 pub mod channel;
 pub mod decode;
+pub mod index;
 pub mod order;
 pub mod patch;
 pub mod tag;

@@ -2,9 +2,9 @@
 //! `video:category:index`, `video:category:list`, `video:tag:list`,
 //! `video:list:home`, and `category:video:count`.
 //!
-//! Details are planned one video at a time as documents stream in; the
-//! index families are planned at the end from the small per-video tuples
-//! kept in a [`VideoIndex`].
+//! The rebuild plans them through [`super::index::VideoTable`]; the
+//! watcher plans the selected scopes' `video:categories` with
+//! [`plan_selected`].
 
 use super::order::newest_first;
 use super::{Op, PlanCtx, Value};
@@ -13,61 +13,12 @@ use crate::model::report::RefReport;
 use crate::model::video::{SITE_CATEGORY_IDS, SITE_TAG_IDS, VideoDoc};
 use crate::registry::{FamilyId, HomeSectionKind};
 use rayon::prelude::*;
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use rustc_hash::FxHashSet as HashSet;
 
 /// Plans `video:detail` for one decoded video, moving its payload out.
 pub fn plan_detail(video: &mut VideoDoc, ctx: &PlanCtx, out: &mut Vec<Op>) {
     if let Some(detail) = video.detail.take() {
         ctx.emit(out, FamilyId::VideoDetail, &[&video.id], Value::String(detail));
-    }
-}
-
-/// What the index families need of one active video.
-#[derive(Debug, Clone)]
-struct Entry {
-    id: Box<str>,
-    added_ms: i64,
-    /// Interned category and tag references, as stored.
-    cats: Box<[u32]>,
-    tags: Box<[u32]>,
-}
-
-/// The per-video tuples of every active video, with referenced ids
-/// interned so that 500K videos stay small.
-#[derive(Debug, Default)]
-pub struct VideoIndex {
-    entries: Vec<Entry>,
-    ids: Vec<Box<str>>,
-    interned: HashMap<Box<str>, u32>,
-}
-
-impl VideoIndex {
-    fn intern(&mut self, id: &str) -> u32 {
-        if let Some(&n) = self.interned.get(id) {
-            return n;
-        }
-        let n = self.ids.len() as u32;
-        self.ids.push(id.into());
-        self.interned.insert(id.into(), n);
-        n
-    }
-
-    /// Keeps an active video's tuple; inactive videos are left out.
-    pub fn push(&mut self, video: &VideoDoc) {
-        if !video.active {
-            return;
-        }
-        let cats = video.category_ids.iter().map(|c| self.intern(c)).collect();
-        let tags = video.tag_ids.iter().map(|t| self.intern(t)).collect();
-        self.entries.push(Entry { id: video.id.as_str().into(), added_ms: video.added_ms, cats, tags });
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 }
 
@@ -156,34 +107,7 @@ impl Selection {
 /// A list member: `addedTime` and written id.
 type Listed = (i64, std::sync::Arc<str>);
 
-/// Plans every index family from the collected tuples.
-pub fn plan_indexes(index: &VideoIndex, catalog: &Catalog, ctx: &PlanCtx) -> (Vec<Op>, RefReport) {
-    let mut refs = RefReport::default();
-    // Resolve each interned id once: to an active category, and to an
-    // active tag (with the active category that owns it, if any).
-    let cat_of: Vec<Option<usize>> = index.ids.iter().map(|id| catalog.active_category_index(id)).collect();
-    let tag_of: Vec<Option<(usize, Option<usize>)>> = index
-        .ids
-        .iter()
-        .map(|id| {
-            catalog.active_tag_index(id).map(|t| (t, catalog.active_category_index(&catalog.tags[t].category_id)))
-        })
-        .collect();
-    let visit = |f: &mut dyn FnMut(Member<'_>)| {
-        let (mut cats, mut tags) = (Vec::new(), Vec::new());
-        for entry in &index.entries {
-            let cat_refs = distinct(entry.cats.iter().copied()).into_iter().map(|c| cat_of[c as usize]);
-            let tag_refs = distinct(entry.tags.iter().copied()).into_iter().map(|t| tag_of[t as usize]);
-            resolve(cat_refs, tag_refs, &mut refs, &mut cats, &mut tags);
-            f(Member { id: &entry.id, added_ms: entry.added_ms, cats: &cats, tags: &tags });
-        }
-    };
-    let ops = plan_selected(visit, catalog, ctx, &Selection::all());
-    (ops, refs)
-}
-
-/// Plans the selected index keys from the active videos `visit` yields:
-/// the one planner of the index families, for the rebuild and the watcher.
+/// Plans the selected index keys from the active videos `visit` yields.
 /// Collections that would be empty are not planned (see [`PlanCtx::emit`]).
 pub fn plan_selected(
     visit: impl FnOnce(&mut dyn FnMut(Member<'_>)),

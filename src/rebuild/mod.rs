@@ -16,10 +16,12 @@ use crate::model::catalog::Catalog;
 use crate::model::report::{CollectionReport, RefReport};
 use crate::plan::{self, FamilySet, Op, PlanCtx, TxBudget};
 use crate::progress::Progress;
+use crate::registry::FamilyId;
 use crate::sink::{self, Fence, Lease, LeaseError, Sink, SinkError};
 use crate::source::{Source, SourceError};
 use crate::status::{JobReporter, Trigger};
 use guard::{GuardError, GuardPolicy, families_fed_by};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -39,7 +41,12 @@ pub struct RebuildOptions {
     /// Families whose written key names the summary lists (the watcher
     /// under `serve` learns from them what the job left in the cache).
     pub keep_names: FamilySet,
+    /// How many stale key names one sweep pass keeps (see `sink::sweep`).
+    pub sweep_cap: usize,
 }
+
+/// The default [`RebuildOptions::sweep_cap`]: about 10 MB of names.
+pub const SWEEP_CAP: usize = 100_000;
 
 impl RebuildOptions {
     /// A manual run of every family.
@@ -52,6 +59,7 @@ impl RebuildOptions {
             fence: None,
             allow_mass_delete: false,
             keep_names: FamilySet::of([]),
+            sweep_cap: SWEEP_CAP,
         }
     }
 
@@ -301,13 +309,6 @@ async fn run_pipeline(
     let redis_run_id = sink.run_id().await?;
     let ctx = Arc::new(plan_ctx(cfg, opts.families));
 
-    // The sweep's scan runs alongside the rebuild; deleting waits for the
-    // writes to succeed.
-    let scan = {
-        let (sink, keys, families) = (sink.clone(), ctx.keys.clone(), opts.families);
-        crate::tasks::spawn(async move { sink.scan_existing(&keys, families).await })
-    };
-
     let (tx, rx) = mpsc::channel::<Vec<Op>>(16);
     let budget = sink.tx_budget(cfg);
     let write_stage = Arc::new(progress.stage("writing ops", 0));
@@ -322,55 +323,53 @@ async fn run_pipeline(
     };
 
     let produce = async {
+        // The catalogue first (thousands of documents against the videos'
+        // millions): videos are resolved against it as they stream in.
+        let (catalog, reports, mut refs) = read_catalog(&source, cfg).await?;
+        // Nothing of a collection that gave no usable document is written
+        // while its families hold keys.
+        for (group, (name, report)) in ["channel", "category", "tag"].into_iter().zip(&reports) {
+            guard_source(sink, &ctx, cfg, policy, group, name, report).await?;
+        }
+        let catalog = Arc::new(catalog);
         let catalog_side = async {
-            let (catalog, reports, refs) = read_catalog(&source, cfg).await?;
-            // Nothing of a collection that gave no usable document is
-            // written while its families hold keys.
-            for (group, (name, report)) in ["channel", "category", "tag"].into_iter().zip(&reports) {
-                guard_source(sink, &ctx, cfg, policy, group, name, report).await?;
-            }
-            let catalog = Arc::new(catalog);
             let (ops, plan_refs) = {
                 let (catalog, ctx) = (catalog.clone(), ctx.clone());
                 tokio::task::spawn_blocking(move || plan::plan_catalog(&catalog, &ctx)).await?
             };
             let mut batcher = Batcher::new(tx.clone(), budget);
             let _ = batcher.send(ops).await && batcher.flush().await;
-            let mut refs = refs;
-            refs.merge(&plan_refs);
-            Ok::<_, RunError>((catalog, reports, refs))
+            Ok::<_, RunError>(plan_refs)
         };
         let video_side = async {
             if !opts.families.needs_videos() {
                 return Ok(None);
             }
-            videos::read_videos(&source, cfg, ctx.clone(), Batcher::new(tx.clone(), budget), progress).await.map(Some)
+            let batcher = Batcher::new(tx.clone(), budget);
+            videos::read_videos(&source, cfg, ctx.clone(), catalog.clone(), batcher, progress).await.map(Some)
         };
-        let (catalog_part, video_part) = tokio::try_join!(catalog_side, video_side)?;
-        let (catalog, reports, mut refs) = catalog_part;
+        let (plan_refs, video_part) = tokio::try_join!(catalog_side, video_side)?;
+        refs.merge(&plan_refs);
         let mut collections: Vec<(String, CollectionReport)> = reports.into_iter().collect();
-        let mut videos_indexed = 0;
-        if let Some((index, intake)) = video_part {
+        let mut table = None;
+        if let Some((videos, intake)) = video_part {
             guard_source(sink, &ctx, cfg, policy, "video", &cfg.collections.video, &intake.report).await?;
-            videos_indexed = index.len();
             collections.push((cfg.collections.video.clone(), intake.report));
             refs.merge(&intake.refs);
-            let (ops, index_refs) = {
-                let ctx = ctx.clone();
-                tokio::task::spawn_blocking(move || plan::video::plan_indexes(&index, &catalog, &ctx)).await?
-            };
-            refs.merge(&index_refs);
-            let mut batcher = Batcher::new(tx.clone(), budget);
-            let _ = batcher.send(ops).await && batcher.flush().await;
+            let videos = Arc::new(videos);
+            let batcher = Batcher::new(tx.clone(), budget);
+            videos::plan_index_keys(videos.clone(), catalog.clone(), ctx.clone(), batcher).await?;
+            table = Some(videos);
         }
-        Ok::<_, RunError>((collections, refs, videos_indexed))
+        Ok::<_, RunError>((collections, refs, table))
     };
     let produced = produce.await;
     drop(tx);
     let written = writer.await?;
     write_stage.finish();
     let written = written?;
-    let (collections, refs, videos_indexed) = produced?;
+    let (collections, refs, table) = produced?;
+    let videos_indexed = table.as_ref().map_or(0, |t| t.indexed());
 
     let sweep_started = Instant::now();
     // Redis without persistence forgets everything on a restart; if that
@@ -378,22 +377,44 @@ async fn run_pipeline(
     if sink.run_id().await? != redis_run_id {
         return Err(RunError::RedisRestarted);
     }
-    let existing = scan.await??;
-    let not_utf8 = existing.not_utf8;
-    let stale = sink::stale(existing, &written.produced);
-    if let Err(refused) = policy.check_sweep(stale.keys.len() as u64, stale.existing) {
+    let produced = |family: FamilyId, args: &[&str], key: &str| {
+        let per_video = table.as_deref().zip(args.first()).and_then(|(table, id)| table.planned(family, id));
+        per_video.unwrap_or_else(|| written.produced.contains(&sink::digest(key)))
+    };
+    let mut stale = sink.find_stale(&ctx.keys, opts.families, &produced, opts.sweep_cap).await?;
+    let (not_utf8, scanned) = (stale.not_utf8, stale.scanned);
+    if let Err(refused) = policy.check_sweep(stale.total(), stale.existing) {
         return Err(refused.into());
     }
+    let mut deleted = BTreeMap::new();
     if opts.dry_run {
         let real = GuardPolicy { max_share: cfg.sweep_max_share, force: opts.allow_mass_delete };
-        if let Err(refused) = real.check_sweep(stale.keys.len() as u64, stale.existing) {
+        if let Err(refused) = real.check_sweep(stale.total(), stale.existing) {
             tracing::warn!(reason = %refused, "a real run would refuse to sweep");
         }
+        deleted = stale.by_family;
+    } else {
+        // Above the cap a pass names only some stale keys; once they are
+        // gone, the next pass names more. Each pass deletes at least one.
+        loop {
+            sink.unlink_stale(&stale).await?;
+            for (family, _) in &stale.keys {
+                *deleted.entry(*family).or_default() += 1;
+            }
+            if stale.is_complete() {
+                break;
+            }
+            tracing::info!(
+                deleted = stale.keys.len(),
+                left = stale.total() - stale.keys.len() as u64,
+                "sweep pass done, scanning again"
+            );
+            stale = sink.find_stale(&ctx.keys, opts.families, &produced, opts.sweep_cap).await?;
+        }
     }
-    let swept = sink.sweep(&stale, opts.dry_run).await?;
     tracing::info!(
-        deleted = swept.deleted.values().sum::<u64>(),
-        scanned = swept.scanned,
+        deleted = deleted.values().sum::<u64>(),
+        scanned,
         elapsed_ms = sweep_started.elapsed().as_millis() as u64,
         "sweep done"
     );
@@ -402,7 +423,7 @@ async fn run_pipeline(
     Ok(RunSummary {
         families: opts.families,
         written: written.written,
-        deleted: swept.deleted,
+        deleted,
         collections,
         refs,
         videos_indexed,

@@ -1,13 +1,15 @@
 //! The video stage: a reader task streams raw batches from the cursor while
-//! the previous batch is decoded and planned with rayon on the blocking
-//! pool; detail ops go straight to the writer, index tuples are kept.
+//! the previous batch is decoded (and its references resolved against the
+//! catalogue) with rayon on the blocking pool; per-video ops go straight to
+//! the writer and the compact [`VideoTable`] is kept for the index keys.
 
 use super::{Batcher, RunError};
 use crate::config::Config;
+use crate::model::catalog::Catalog;
 use crate::model::decode::Intake;
-use crate::plan::PlanCtx;
 use crate::plan::decode::{admit_videos, decode_videos};
-use crate::plan::video::VideoIndex;
+use crate::plan::index::VideoTable;
+use crate::plan::{Op, PlanCtx};
 use crate::progress::Progress;
 use crate::registry::FamilyId;
 use crate::source::Source;
@@ -22,11 +24,13 @@ pub async fn read_videos(
     source: &Source,
     cfg: &Config,
     ctx: Arc<PlanCtx>,
+    catalog: Arc<Catalog>,
     mut batcher: Batcher,
     progress: &Progress,
-) -> Result<(VideoIndex, Intake), RunError> {
+) -> Result<(VideoTable, Intake), RunError> {
     let collection = cfg.collections.video.clone();
-    let stage = progress.stage("reading videos", source.estimated_count(&collection).await);
+    let estimate = source.estimated_count(&collection).await;
+    let stage = progress.stage("reading videos", estimate);
     let (raw_tx, mut raw_rx) = mpsc::channel::<Vec<RawDocumentBuf>>(4);
     let reader = {
         let (source, batch_size) = (source.clone(), cfg.read_batch_size);
@@ -35,13 +39,16 @@ pub async fn read_videos(
 
     let want_detail = ctx.families.contains(FamilyId::VideoDetail);
     let mut intake = Intake::default();
-    let mut index = VideoIndex::default();
+    // Sized once from the estimate: growing the table doubles it at the
+    // worst moment (it is the run's largest structure).
+    let mut table = VideoTable::with_capacity(estimate as usize);
     let mut writer_alive = true;
     while let Some(batch) = raw_rx.recv().await {
-        let decoded = tokio::task::spawn_blocking(move || decode_videos(&batch, want_detail)).await?;
+        let decoding = catalog.clone();
+        let decoded = tokio::task::spawn_blocking(move || decode_videos(&batch, &decoding, want_detail)).await?;
         stage.inc(decoded.len() as u64);
-        let mut ops = Vec::with_capacity(decoded.len());
-        admit_videos(decoded, &mut intake, &mut index, &ctx, &mut ops);
+        let mut ops = Vec::with_capacity(decoded.len() * 2);
+        admit_videos(decoded, &mut intake, &mut table, &catalog, &ctx, &mut ops);
         if writer_alive {
             writer_alive = batcher.send(ops).await;
         }
@@ -54,5 +61,30 @@ pub async fn read_videos(
     reader.await??;
     batcher.flush().await;
     stage.finish();
-    Ok((index, intake))
+    Ok((table, intake))
+}
+
+/// Plans the index keys off the table on the blocking pool, a group at a
+/// time, and hands each group to the writer: at most a few groups are
+/// ever planned ahead of what is written.
+pub async fn plan_index_keys(
+    table: Arc<VideoTable>,
+    catalog: Arc<Catalog>,
+    ctx: Arc<PlanCtx>,
+    mut batcher: Batcher,
+) -> Result<(), RunError> {
+    let (tx, mut rx) = mpsc::channel::<Vec<Op>>(2);
+    let planning = tokio::task::spawn_blocking(move || {
+        table.plan_index_keys(&catalog, &ctx, &mut |ops| tx.blocking_send(ops).is_ok());
+    });
+    while let Some(ops) = rx.recv().await {
+        if !batcher.send(ops).await {
+            break;
+        }
+    }
+    // Dropping the receiver stops the planner at its next group.
+    drop(rx);
+    planning.await?;
+    batcher.flush().await;
+    Ok(())
 }

@@ -414,7 +414,8 @@ impl Sink {
         Ok(sum_info(&self.info_of_masters(sections).await?))
     }
 
-    /// Runs `visit` on every key matching `glob` on every master. When the
+    /// Runs `visit` on every key matching `glob` on every master (all of
+    /// them scanned at once, the batches filed as they come). When the
     /// slot map changes during the pass, or a slot is moving, a key may
     /// have gone from an unscanned master to a scanned one: the pass is
     /// then thrown away (`Scanned::Restart`) and made again once the
@@ -429,24 +430,40 @@ impl Sink {
         loop {
             let (before, moving) = self.layout().await?;
             if !moving {
-                for node in &before.masters {
-                    let mut cursor: u64 = 0;
-                    loop {
-                        let mut cmd = redis::cmd("SCAN");
-                        cmd.arg(cursor).arg("MATCH").arg(glob).arg("COUNT").arg(count);
-                        let reply = self
-                            .retry
-                            .run(|| self.on_node(node, &cmd))
-                            .await
-                            .map_err(|(attempts, source)| SinkError::Scan { attempts, source })?;
-                        let (next, batch): (u64, Vec<Vec<u8>>) = parse(reply)?;
-                        visit(Scanned::Keys(batch));
-                        cursor = next;
-                        if cursor == 0 {
-                            break;
+                // Every master at once; the batches are filed here, in
+                // the order they come.
+                let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<Vec<u8>>>(2 * before.masters.len().max(1));
+                let producers = async move {
+                    let scans = before.masters.iter().map(|node| {
+                        let tx = tx.clone();
+                        async move {
+                            let mut cursor: u64 = 0;
+                            loop {
+                                let mut cmd = redis::cmd("SCAN");
+                                cmd.arg(cursor).arg("MATCH").arg(glob).arg("COUNT").arg(count);
+                                let reply = self
+                                    .retry
+                                    .run(|| self.on_node(node, &cmd))
+                                    .await
+                                    .map_err(|(attempts, source)| SinkError::Scan { attempts, source })?;
+                                let (next, batch): (u64, Vec<Vec<u8>>) = parse(reply)?;
+                                // The consumer only stops when the pass failed.
+                                if tx.send(batch).await.is_err() || next == 0 {
+                                    return Ok::<_, SinkError>(());
+                                }
+                                cursor = next;
+                            }
                         }
+                    });
+                    futures::future::try_join_all(scans).await.map(|_| before)
+                };
+                let consumer = async {
+                    while let Some(batch) = rx.recv().await {
+                        visit(Scanned::Keys(batch));
                     }
-                }
+                };
+                let (scanned, ()) = tokio::join!(producers, consumer);
+                let before = scanned?;
                 let (after, moving) = self.layout().await?;
                 if !moving && after == before {
                     return Ok(());

@@ -25,7 +25,7 @@ pub use lease::{Fence, Lease, LeaseError};
 pub use pipeline::{build_commands, build_pipeline, ttl_with_jitter};
 pub use retry::RetryPolicy;
 pub use state::info_value;
-pub use sweep::{Existing, Produced, Stale, SweepOutcome, digest, stale};
+pub use sweep::{Existing, Produced, Stale, digest};
 pub use writer::{WriteOutcome, run_writer};
 
 use crate::config::{Config, TierSeconds, redact_url, scrub};

@@ -1,14 +1,18 @@
-//! Stale-key removal after a full rebuild. The scan runs concurrently with
-//! the rebuild (one SCAN pass, never KEYS) and collects the existing keys
-//! of the selected registered families; once every write has succeeded,
-//! the ones the rebuild did not produce are unlinked. Keys of unregistered
-//! families are never collected, so never touched.
+//! Stale-key removal after a full rebuild. Once every write has succeeded,
+//! one SCAN pass (never KEYS; every master on a cluster) classifies the
+//! keys under the prefix: keys of the selected registered families that
+//! the rebuild did not produce are stale. Only the stale names are kept,
+//! up to a cap, and all of them are counted, so the guard judges the whole
+//! sweep before anything is deleted; above the cap, another pass finds
+//! the rest after the first names are gone. Keys of unregistered families
+//! are never collected, so never touched.
 
 use super::cluster_io::Scanned;
 use super::{RetryPolicy, SinkError};
 use crate::keys::Keys;
 use crate::plan::FamilySet;
 use crate::registry::FamilyId;
+use rayon::prelude::*;
 use std::collections::BTreeMap;
 
 /// A 128-bit digest of a key, so that a million produced keys cost 16
@@ -26,13 +30,6 @@ pub fn digest(key: &str) -> u128 {
 /// The produced keys' digests.
 pub type Produced = rustc_hash::FxHashSet<u128>;
 
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct SweepOutcome {
-    /// Keys deleted (or, on a dry run, that would be) per family.
-    pub deleted: BTreeMap<FamilyId, u64>,
-    pub scanned: u64,
-}
-
 /// Existing keys of the selected families, found by [`super::Sink::scan_existing`].
 #[derive(Debug, Default)]
 pub struct Existing {
@@ -46,17 +43,39 @@ pub struct Existing {
 /// The existing keys a rebuild did not produce: what its sweep deletes.
 #[derive(Debug, Default)]
 pub struct Stale {
+    /// The stale keys' names, at most the pass's cap.
     pub keys: Vec<(FamilyId, String)>,
+    /// Every stale key found, per family (beyond the cap too).
+    pub by_family: BTreeMap<FamilyId, u64>,
     /// How many keys of the selected families existed.
     pub existing: u64,
     pub scanned: u64,
+    /// Keys under the prefix whose names are not UTF-8 (skipped).
+    pub not_utf8: u64,
 }
 
-/// Splits off the existing keys that were not produced.
-pub fn stale(existing: Existing, produced: &Produced) -> Stale {
-    let count = existing.keys.len() as u64;
-    let keys = existing.keys.into_iter().filter(|(_, key)| !produced.contains(&digest(key))).collect();
-    Stale { keys, existing: count, scanned: existing.scanned }
+impl Stale {
+    /// Every stale key found.
+    pub fn total(&self) -> u64 {
+        self.by_family.values().sum()
+    }
+
+    /// Whether the pass kept every stale name it found.
+    pub fn is_complete(&self) -> bool {
+        self.total() == self.keys.len() as u64
+    }
+
+    /// Files one existing key of a selected family.
+    fn file(&mut self, family: FamilyId, key: String, produced: bool, cap: usize) {
+        self.existing += 1;
+        if produced {
+            return;
+        }
+        *self.by_family.entry(family).or_default() += 1;
+        if self.keys.len() < cap {
+            self.keys.push((family, key));
+        }
+    }
 }
 
 const SCAN_COUNT: usize = 5000;
@@ -66,32 +85,8 @@ impl super::Sink {
     /// Collects every key under the prefix that belongs to a selected
     /// registered family.
     pub async fn scan_existing(&self, keys: &Keys, families: FamilySet) -> Result<Existing, SinkError> {
-        let glob = format!("{}*", keys.scan_glob_prefix());
-        let mut existing = Existing::default();
-        self.for_each_key(&glob, |scanned| {
-            let batch = match scanned {
-                Scanned::Restart => {
-                    existing = Existing::default();
-                    return;
-                }
-                Scanned::Keys(batch) => batch,
-            };
-            existing.scanned += batch.len() as u64;
-            for raw in batch {
-                let Ok(key) = String::from_utf8(raw) else {
-                    existing.not_utf8 += 1;
-                    continue;
-                };
-                if let Some(family) = keys.classify(&key).filter(|f| families.contains(*f)) {
-                    existing.keys.push((family, key));
-                }
-            }
-        })
-        .await?;
-        if existing.not_utf8 > 0 {
-            tracing::warn!(keys = existing.not_utf8, "keys under the prefix whose names are not UTF-8 were skipped");
-        }
-        Ok(existing)
+        let all = self.find_stale(keys, families, &|_, _, _| false, usize::MAX).await?;
+        Ok(Existing { keys: all.keys, scanned: all.scanned, not_utf8: all.not_utf8 })
     }
 
     /// Calls `visit` with every batch of keys matching `glob`: one SCAN
@@ -101,32 +96,82 @@ impl super::Sink {
         if self.is_cluster() {
             return self.scan_masters(glob, SCAN_COUNT, visit).await;
         }
-        let mut conn = self.connection();
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, batch) = scan(&self.retry, &mut conn, cursor, glob).await?;
-            visit(Scanned::Keys(batch));
-            cursor = next;
-            if cursor == 0 {
-                return Ok(());
+        // The next SCAN is on its way while `visit` files this batch: the
+        // pass then takes about as long as Redis takes to scan, not that
+        // plus the filing.
+        let step = |cursor: u64| {
+            let (retry, mut conn, glob) = (self.retry, self.connection(), glob.to_string());
+            crate::tasks::spawn(async move { scan(&retry, &mut conn, cursor, &glob).await })
+        };
+        let mut pending = Some(step(0));
+        while let Some(task) = pending.take() {
+            // The task only ends early by panicking: pass the panic on.
+            let (next, batch) = task.await.unwrap_or_else(|err| panic!("the scan task failed: {err}"))?;
+            if next != 0 {
+                pending = Some(step(next));
             }
+            visit(Scanned::Keys(batch));
         }
+        Ok(())
     }
 
-    /// Unlinks the stale keys in batches (fenced when the sink is); with
-    /// `dry_run`, only counts them.
-    pub async fn sweep(&self, stale: &Stale, dry_run: bool) -> Result<SweepOutcome, SinkError> {
-        let mut outcome = SweepOutcome { scanned: stale.scanned, ..SweepOutcome::default() };
-        for (family, _) in &stale.keys {
-            *outcome.deleted.entry(*family).or_default() += 1;
-        }
-        if !dry_run {
-            for chunk in stale.keys.chunks(UNLINK_BATCH) {
-                let keys: Vec<String> = chunk.iter().map(|(_, k)| k.clone()).collect();
-                self.unlink(&keys).await?;
+    /// One pass over the keyspace: the keys of the selected families for
+    /// which `produced(family, placeholders, key)` is false, names kept up
+    /// to `cap`.
+    pub async fn find_stale(
+        &self,
+        keys: &Keys,
+        families: FamilySet,
+        produced: &(dyn Fn(FamilyId, &[&str], &str) -> bool + Sync),
+        cap: usize,
+    ) -> Result<Stale, SinkError> {
+        let glob = format!("{}*", keys.scan_glob_prefix());
+        let mut stale = Stale::default();
+        self.for_each_key(&glob, |scanned| {
+            let batch = match scanned {
+                Scanned::Restart => {
+                    stale = Stale::default();
+                    return;
+                }
+                Scanned::Keys(batch) => batch,
+            };
+            stale.scanned += batch.len() as u64;
+            // Classified in parallel: at millions of keys, filing them one
+            // by one would take longer than Redis takes to scan them.
+            // `None`: not UTF-8; `Some(None)`: no selected family.
+            let filed: Vec<Option<Option<(FamilyId, String, bool)>>> = batch
+                .into_par_iter()
+                .map(|raw| {
+                    let key = String::from_utf8(raw).ok()?;
+                    let Some((family, args)) = keys.parse(&key).filter(|(f, _)| families.contains(*f)) else {
+                        return Some(None);
+                    };
+                    let made = produced(family, &args, &key);
+                    Some(Some((family, key, made)))
+                })
+                .collect();
+            for item in filed {
+                match item {
+                    Some(Some((family, key, made))) => stale.file(family, key, made, cap),
+                    Some(None) => {}
+                    None => stale.not_utf8 += 1,
+                }
             }
+        })
+        .await?;
+        if stale.not_utf8 > 0 {
+            tracing::warn!(keys = stale.not_utf8, "keys under the prefix whose names are not UTF-8 were skipped");
         }
-        Ok(outcome)
+        Ok(stale)
+    }
+
+    /// Unlinks the names a pass kept, in batches (fenced when the sink is).
+    pub async fn unlink_stale(&self, stale: &Stale) -> Result<(), SinkError> {
+        for chunk in stale.keys.chunks(UNLINK_BATCH) {
+            let keys: Vec<String> = chunk.iter().map(|(_, k)| k.clone()).collect();
+            self.unlink(&keys).await?;
+        }
+        Ok(())
     }
 }
 
@@ -159,21 +204,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stale_keys_are_the_unproduced_ones() {
-        let existing = Existing {
-            keys: vec![
-                (FamilyId::TagAll, "app:tag:all".into()),
-                (FamilyId::VideoDetail, "app:video:detail:v1".into()),
-                (FamilyId::VideoDetail, "app:video:detail:v2".into()),
-            ],
-            scanned: 7,
-            not_utf8: 1,
-        };
-        let produced: Produced = ["app:tag:all", "app:video:detail:v2"].iter().map(|k| digest(k)).collect();
-        let stale = stale(existing, &produced);
-        assert_eq!(stale.existing, 3);
-        assert_eq!(stale.scanned, 7);
-        assert_eq!(stale.keys, vec![(FamilyId::VideoDetail, "app:video:detail:v1".to_string())]);
+    fn stale_keys_are_the_unproduced_ones_named_up_to_the_cap() {
+        let mut stale = Stale::default();
+        stale.file(FamilyId::TagAll, "app:tag:all".into(), true, 2);
+        for i in 0..4 {
+            stale.file(FamilyId::VideoDetail, format!("app:video:detail:v{i}"), false, 2);
+        }
+        stale.file(FamilyId::TagList, "app:tag:list".into(), false, 2);
+        assert_eq!((stale.existing, stale.total()), (6, 5));
+        assert_eq!(stale.by_family[&FamilyId::VideoDetail], 4);
+        let names: Vec<&str> = stale.keys.iter().map(|(_, k)| k.as_str()).collect();
+        assert_eq!(names, ["app:video:detail:v0", "app:video:detail:v1"]);
+        assert!(!stale.is_complete());
     }
 
     #[test]

@@ -13,7 +13,9 @@ use tokio::sync::mpsc;
 /// What the write stage did.
 #[derive(Debug, Default)]
 pub struct WriteOutcome {
-    /// Digests of every key written (or planned, on a dry run).
+    /// Digests of every key written (or planned, on a dry run), except
+    /// the keys of per-video families: the rebuild's video table knows
+    /// those (see [`crate::plan::index::VideoTable::planned`]).
     pub produced: super::Produced,
     pub written: BTreeMap<FamilyId, u64>,
     pub ops: u64,
@@ -57,11 +59,18 @@ pub async fn run_writer(
         on_batch(batch.len() as u64);
         for op in batch {
             *outcome.written.entry(op.key.family).or_default() += 1;
-            outcome.produced.insert(super::digest(&op.key.text));
+            if !per_video(op.key.family) {
+                outcome.produced.insert(super::digest(&op.key.text));
+            }
             if keep_names.contains(op.key.family) {
                 outcome.names.push(op.key.text);
             }
         }
     }
     Ok(outcome)
+}
+
+/// Whether a family's keys are one per video (its scope is the video).
+pub fn per_video(family: FamilyId) -> bool {
+    crate::registry::Registry::get().family(family).scope.first() == Some(&crate::registry::Scope::Video)
 }

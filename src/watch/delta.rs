@@ -15,10 +15,10 @@
 //! that member is either untouched (it is there) or joined later in the
 //! list (it was inserted already). The last goes with `RPUSH`.
 
-use super::compact::{Sym, Wid, WidRef};
 use super::members::After;
 use super::state::{Applied, IndexView, State};
 use crate::keys::Key;
+use crate::model::compact::{Sym, Wid, WidRef};
 use crate::plan::patch::{Edit, Patch};
 use crate::plan::{ELEMENT_COST, KEY_COST};
 use rustc_hash::FxHashMap;

@@ -9,8 +9,8 @@
 //! Only videos that own their written id and are active are filed, the
 //! ones the index families list.
 
-use super::compact::{Sym, WidRef};
 use super::videos::{Handle, Videos};
+use crate::model::compact::{Sym, WidRef};
 use rustc_hash::FxHashMap as HashMap;
 use std::cmp::{Ordering, Reverse};
 
@@ -251,7 +251,7 @@ impl<'a> Scoped<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::watch::compact::Wid;
+    use crate::model::compact::Wid;
     use crate::watch::model::IdKey;
     use crate::watch::videos::Fields;
     use mongodb::bson::Bson;

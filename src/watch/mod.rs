@@ -21,7 +21,6 @@
 //! the order in which a batch's writes reach Redis.
 
 mod batch;
-pub mod compact;
 pub mod delta;
 mod engine;
 mod load;

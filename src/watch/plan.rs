@@ -8,10 +8,10 @@
 //! ([`super::members`]), what the rebuild's index planner lists for it
 //! (the property test compares every batch with a full rebuild).
 
-use super::compact::{Sym, WidRef};
 use super::delta::{self, Deltas};
 use super::state::{Applied, Held, Record, Scopes, State};
 use crate::model::catalog::Catalog;
+use crate::model::compact::{Sym, WidRef};
 use crate::model::report::RefReport;
 use crate::plan::patch::Patch;
 use crate::plan::video::{Member, Selection, distinct, plan_selected, resolve};

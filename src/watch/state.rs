@@ -9,13 +9,13 @@
 //! back, leaving the state exactly as it was, so a replayed batch plans
 //! the same writes.
 
-use super::compact::{Sym, Syms, Wid};
 use super::members::{Members, Scoped};
 use super::model::{Coll, Event, IdKey, raw_id_key};
 use super::videos::{Fields, Handle, Saved, Videos};
 use crate::config::Collections;
 use crate::keys::Keys;
 use crate::model::catalog::Catalog;
+use crate::model::compact::{Sym, Syms, Wid};
 use crate::model::decode::doc_id;
 use crate::model::report::{RefReport, Rejection};
 use crate::model::video::{VideoDoc, decode_video};

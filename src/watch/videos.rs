@@ -8,8 +8,8 @@
 //! so a batch taken back puts every document back under its old handle
 //! and the scopes' handles stay valid (see [`Videos::undo`]).
 
-use super::compact::{Sym, Wid, WidRef};
 use super::model::IdKey;
+use crate::model::compact::{Sym, Wid, WidRef};
 use hashbrown::HashTable;
 use mongodb::bson::Bson;
 use rustc_hash::FxHashMap;

@@ -1,0 +1,358 @@
+//! The rebuild's per-video index: what the index families and the sweep
+//! need of every video read, about 60 bytes a video whatever its payload.
+//!
+//! The catalogue is read first, so a video's references are resolved
+//! while it is decoded (in parallel) and its `video:detail` and
+//! `video:categories` are planned as it is admitted. What stays is one
+//! 32-byte record per video (its written id as ObjectId bytes, `addedTime`,
+//! flags) and, for an active video, its resolved category and tag indexes
+//! in one shared arena. At the end the index keys (`video:category:*`,
+//! `video:tag:list`, `video:list:home`, `category:video:count`) are planned
+//! one group of keys at a time, so that the run never holds every index's
+//! operations at once. The sweep asks the index which per-video keys the
+//! run produced instead of keeping a digest of each.
+
+use super::video::{distinct, plan_detail, resolve};
+use super::{Op, PlanCtx, Value};
+use crate::model::catalog::Catalog;
+use crate::model::compact::{Wid, WidRef};
+use crate::model::report::RefReport;
+use crate::model::video::VideoDoc;
+use crate::registry::{FamilyId, HomeSectionKind};
+use hashbrown::HashTable;
+use rayon::prelude::*;
+use std::cmp::Ordering;
+use std::hash::BuildHasher;
+
+/// Indexed: an admitted active video (its references are in the arena).
+const ACTIVE: u8 = 1;
+/// Its `video:detail` was planned.
+const DETAIL: u8 = 2;
+/// Its `video:categories` was planned.
+const CATEGORIES: u8 = 4;
+/// Its written id is not ObjectId hex: `id` holds an index into `texts`.
+const TEXT: u8 = 8;
+
+/// One video read with a usable id (admitted or not: a later repeat of
+/// its id is a duplicate either way).
+#[derive(Debug, Clone, Copy)]
+struct Rec {
+    added_ms: i64,
+    /// Where its references start in the arena (active videos only).
+    refs_at: u64,
+    id: [u8; 12],
+    flags: u8,
+}
+
+/// A video's resolved references in arena form: the number of categories,
+/// the categories (catalogue indexes), the number of tags, the tags.
+pub type Resolved = Vec<u32>;
+
+/// Resolves an active video's references against the catalogue, as the
+/// index families read them: its distinct active categories in stored
+/// order, and its distinct active tags whose active category is one of
+/// them. Dangling references are counted into `refs`.
+pub fn resolve_refs(video: &VideoDoc, catalog: &Catalog, refs: &mut RefReport) -> Resolved {
+    let cats =
+        distinct(video.category_ids.iter().map(String::as_str)).into_iter().map(|c| catalog.active_category_index(c));
+    let tags = distinct(video.tag_ids.iter().map(String::as_str))
+        .into_iter()
+        .map(|t| catalog.active_tag_index(t).map(|t| (t, catalog.active_category_index(&catalog.tags[t].category_id))));
+    let (mut out_cats, mut out_tags) = (Vec::new(), Vec::new());
+    resolve(cats, tags, refs, &mut out_cats, &mut out_tags);
+    let mut out = Vec::with_capacity(2 + out_cats.len() + out_tags.len());
+    out.push(out_cats.len() as u32);
+    out.extend(out_cats.iter().map(|&c| c as u32));
+    out.push(out_tags.len() as u32);
+    out.extend(out_tags.iter().map(|&t| t as u32));
+    out
+}
+
+/// Every video read, by written id.
+#[derive(Debug, Default)]
+pub struct VideoTable {
+    recs: Vec<Rec>,
+    texts: Vec<Box<str>>,
+    seen: HashTable<u32>,
+    arena: Vec<u32>,
+    indexed: usize,
+}
+
+impl VideoTable {
+    pub fn with_capacity(n: usize) -> VideoTable {
+        VideoTable { recs: Vec::with_capacity(n), seen: HashTable::with_capacity(n), ..VideoTable::default() }
+    }
+
+    fn wid(&self, at: u32) -> WidRef<'_> {
+        let rec = &self.recs[at as usize];
+        if rec.flags & TEXT != 0 {
+            let n = u32::from_le_bytes(rec.id[..4].try_into().expect("4 bytes"));
+            WidRef::Text(&self.texts[n as usize])
+        } else {
+            WidRef::Hex(&rec.id)
+        }
+    }
+
+    fn hash(&self, id: WidRef<'_>) -> u64 {
+        rustc_hash::FxBuildHasher.hash_one(id)
+    }
+
+    fn find(&self, id: WidRef<'_>) -> Option<u32> {
+        self.seen.find(self.hash(id), |&at| self.wid(at) == id).copied()
+    }
+
+    /// Claims a written id in cursor order: its position, or `None` when
+    /// an earlier document had it (this one is a duplicate).
+    pub fn claim(&mut self, id: &str) -> Option<u32> {
+        let wid = Wid::new(id);
+        if self.find(wid.as_ref()).is_some() {
+            return None;
+        }
+        let at = u32::try_from(self.recs.len()).expect("fewer than 4 billion videos");
+        let (bytes, flags) = match &wid {
+            Wid::Hex(bytes) => (*bytes, 0),
+            Wid::Text(text) => {
+                let n = u32::try_from(self.texts.len()).expect("fewer than 4 billion text ids");
+                self.texts.push((**text).clone());
+                let mut bytes = [0; 12];
+                bytes[..4].copy_from_slice(&n.to_le_bytes());
+                (bytes, TEXT)
+            }
+        };
+        self.recs.push(Rec { added_ms: 0, refs_at: 0, id: bytes, flags });
+        let hash = self.hash(wid.as_ref());
+        let Self { seen, recs, texts, .. } = self;
+        let hasher = rustc_hash::FxBuildHasher;
+        let rehash = |&at: &u32| {
+            let rec = &recs[at as usize];
+            if rec.flags & TEXT != 0 {
+                let n = u32::from_le_bytes(rec.id[..4].try_into().expect("4 bytes"));
+                hasher.hash_one(WidRef::Text(&texts[n as usize]))
+            } else {
+                hasher.hash_one(WidRef::Hex(&rec.id))
+            }
+        };
+        seen.insert_unique(hash, at, rehash);
+        Some(at)
+    }
+
+    /// Admits a claimed video: plans its `video:detail` and, when it is
+    /// active, keeps its resolved references and plans its
+    /// `video:categories`.
+    pub fn admit(
+        &mut self,
+        at: u32,
+        video: &mut VideoDoc,
+        resolved: Option<Resolved>,
+        catalog: &Catalog,
+        ctx: &PlanCtx,
+        ops: &mut Vec<Op>,
+    ) {
+        let mut flags = 0;
+        let before = ops.len();
+        plan_detail(video, ctx, ops);
+        if ops.len() > before {
+            flags |= DETAIL;
+        }
+        if let (true, Some(resolved)) = (video.active, resolved) {
+            flags |= ACTIVE;
+            self.indexed += 1;
+            let cats = &resolved[1..=resolved[0] as usize];
+            if !cats.is_empty() && ctx.families.contains(FamilyId::VideoCategories) {
+                let ids = cats.iter().map(|&c| catalog.categories[c as usize].id.clone()).collect();
+                ops.push(Op { key: ctx.keys.key(FamilyId::VideoCategories, &[&video.id]), value: Value::Set(ids) });
+                flags |= CATEGORIES;
+            }
+            let rec = &mut self.recs[at as usize];
+            rec.refs_at = self.arena.len() as u64;
+            rec.added_ms = video.added_ms;
+            self.arena.extend_from_slice(&resolved);
+        }
+        self.recs[at as usize].flags |= flags;
+    }
+
+    /// How many active videos the index families see.
+    pub fn indexed(&self) -> usize {
+        self.indexed
+    }
+
+    /// Whether the run planned this per-video key (`id` is the key's
+    /// video id); `None` for a family that is not per video.
+    pub fn planned(&self, family: FamilyId, id: &str) -> Option<bool> {
+        let flag = match family {
+            FamilyId::VideoDetail => DETAIL,
+            FamilyId::VideoCategories => CATEGORIES,
+            _ => return None,
+        };
+        let wid = Wid::new(id);
+        Some(self.find(wid.as_ref()).is_some_and(|at| self.recs[at as usize].flags & flag != 0))
+    }
+
+    /// The bytes the table holds (records, ids, arena and hash table).
+    pub fn footprint(&self) -> usize {
+        self.recs.capacity() * size_of::<Rec>()
+            + self.texts.iter().map(|t| t.len() + 16).sum::<usize>()
+            + self.arena.capacity() * 4
+            + self.seen.capacity() * (size_of::<u32>() + 1)
+    }
+
+    fn refs(&self, at: u32) -> (&[u32], &[u32]) {
+        let start = self.recs[at as usize].refs_at as usize;
+        let n_cats = self.arena[start] as usize;
+        let cats = &self.arena[start + 1..start + 1 + n_cats];
+        let n_tags = self.arena[start + 1 + n_cats] as usize;
+        let tags = &self.arena[start + 2 + n_cats..start + 2 + n_cats + n_tags];
+        (cats, tags)
+    }
+
+    fn newest(&self, a: u32, b: u32) -> Ordering {
+        let (ra, rb) = (&self.recs[a as usize], &self.recs[b as usize]);
+        rb.added_ms.cmp(&ra.added_ms).then_with(|| self.wid(a).cmp(&self.wid(b)))
+    }
+
+    /// Members of each category and tag (positions), newest first.
+    fn scopes(&self, catalog: &Catalog) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+        let active = || (0..self.recs.len() as u32).filter(|&at| self.recs[at as usize].flags & ACTIVE != 0);
+        // Counted first so that every list is allocated once, exactly.
+        let (mut n_cat, mut n_tag) = (vec![0usize; catalog.categories.len()], vec![0usize; catalog.tags.len()]);
+        for at in active() {
+            let (cats, tags) = self.refs(at);
+            cats.iter().for_each(|&c| n_cat[c as usize] += 1);
+            tags.iter().for_each(|&t| n_tag[t as usize] += 1);
+        }
+        let mut in_cat: Vec<Vec<u32>> = n_cat.into_iter().map(Vec::with_capacity).collect();
+        let mut with_tag: Vec<Vec<u32>> = n_tag.into_iter().map(Vec::with_capacity).collect();
+        for at in active() {
+            let (cats, tags) = self.refs(at);
+            cats.iter().for_each(|&c| in_cat[c as usize].push(at));
+            tags.iter().for_each(|&t| with_tag[t as usize].push(at));
+        }
+        in_cat
+            .par_iter_mut()
+            .chain(with_tag.par_iter_mut())
+            .for_each(|m| m.sort_unstable_by(|&a, &b| self.newest(a, b)));
+        (in_cat, with_tag)
+    }
+
+    fn ids(&self, members: &[u32]) -> Vec<String> {
+        members.iter().map(|&at| self.wid(at).text()).collect()
+    }
+
+    fn scored(&self, members: &[u32]) -> Vec<(i64, String)> {
+        members.iter().map(|&at| (self.recs[at as usize].added_ms, self.wid(at).text())).collect()
+    }
+
+    /// Plans every index key, a group at a time: `send` gets each group's
+    /// ops and returns false to stop (the writer failed).
+    pub fn plan_index_keys(&self, catalog: &Catalog, ctx: &PlanCtx, send: &mut dyn FnMut(Vec<Op>) -> bool) {
+        /// Scopes planned together (in parallel) and sent as one group.
+        const GROUP: usize = 64;
+        let (in_cat, with_tag) = self.scopes(catalog);
+        let categories: Vec<usize> = (0..catalog.categories.len()).filter(|&c| catalog.categories[c].active).collect();
+        for group in categories.chunks(GROUP) {
+            let ops = group
+                .par_iter()
+                .flat_map_iter(|&c| {
+                    let (cat, members) = (&catalog.categories[c], &in_cat[c]);
+                    let mut ops = Vec::with_capacity(3);
+                    let count = members.len().to_string();
+                    ctx.emit(&mut ops, FamilyId::CategoryVideoCount, &[&cat.id], Value::String(count));
+                    if ctx.families.contains(FamilyId::VideoCategoryIndex) {
+                        ctx.emit(&mut ops, FamilyId::VideoCategoryIndex, &[&cat.id], Value::Zset(self.scored(members)));
+                    }
+                    if ctx.families.contains(FamilyId::VideoCategoryList) {
+                        ctx.emit(&mut ops, FamilyId::VideoCategoryList, &[&cat.id], Value::List(self.ids(members)));
+                    }
+                    ops
+                })
+                .collect();
+            if !send(ops) {
+                return;
+            }
+        }
+        if ctx.families.contains(FamilyId::VideoTagList) {
+            let tags: Vec<usize> = (0..catalog.tags.len()).filter(|&t| !with_tag[t].is_empty()).collect();
+            for group in tags.chunks(GROUP) {
+                let ops = group
+                    .par_iter()
+                    .flat_map_iter(|&t| {
+                        let tag = &catalog.tags[t];
+                        let mut ops = Vec::with_capacity(1);
+                        let ids = Value::List(self.ids(&with_tag[t]));
+                        ctx.emit(&mut ops, FamilyId::VideoTagList, &[&tag.category_id, &tag.id], ids);
+                        ops
+                    })
+                    .collect();
+                if !send(ops) {
+                    return;
+                }
+            }
+        }
+        drop(with_tag);
+        if ctx.families.contains(FamilyId::VideoListHome) {
+            for channel in &catalog.channels {
+                let mut cats: Vec<usize> =
+                    channel.categories.iter().filter_map(|item| catalog.active_category_index(&item.id)).collect();
+                cats.sort_unstable();
+                cats.dedup();
+                let mut ops = Vec::new();
+                for section in &ctx.home_sections {
+                    let HomeSectionKind::Latest = section.kind;
+                    // The newest `limit` of the union lie within the newest
+                    // `limit` of each category; a video in two of them
+                    // sorts next to itself and is kept once.
+                    let mut picked: Vec<u32> =
+                        cats.iter().flat_map(|&c| in_cat[c].iter().take(section.limit).copied()).collect();
+                    picked.sort_unstable_by(|&a, &b| self.newest(a, b));
+                    picked.dedup();
+                    picked.truncate(section.limit);
+                    let value = Value::Zset(self.scored(&picked));
+                    ctx.emit(&mut ops, FamilyId::VideoListHome, &[&channel.id, &section.name], value);
+                }
+                if !send(ops) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::order::newest_first;
+
+    #[test]
+    fn a_record_is_32_bytes() {
+        assert_eq!(size_of::<Rec>(), 32);
+    }
+
+    #[test]
+    fn repeats_of_a_written_id_are_refused_in_either_form() {
+        let mut table = VideoTable::default();
+        let hex = "65a1b2c3d4e5f6a7b8c9d0e1";
+        assert_eq!(table.claim(hex), Some(0));
+        assert_eq!(table.claim("v-1"), Some(1));
+        assert_eq!(table.claim(hex), None);
+        assert_eq!(table.claim("v-1"), None);
+        assert_eq!(table.claim("65A1B2C3D4E5F6A7B8C9D0E1"), Some(2));
+        assert_eq!((table.wid(0).text(), table.wid(1).text()), (hex.to_string(), "v-1".to_string()));
+    }
+
+    #[test]
+    fn members_sort_newest_first_then_by_id_text() {
+        let mut table = VideoTable::default();
+        let ids = ["ffffffffffffffffffffffff", "Z", "0000000000000000000000aa", "a", "b"];
+        let added = [5, 5, 5, 9, 5];
+        for (id, added) in ids.iter().zip(added) {
+            let at = table.claim(id).unwrap();
+            table.recs[at as usize].added_ms = added;
+        }
+        let mut at: Vec<u32> = (0..ids.len() as u32).collect();
+        at.sort_unstable_by(|&a, &b| table.newest(a, b));
+        let got: Vec<String> = at.iter().map(|&a| table.wid(a).text()).collect();
+        let mut want: Vec<(i64, &str)> = ids.iter().zip(added).map(|(i, a)| (a, *i)).collect();
+        want.sort_unstable_by(|a, b| newest_first(*a, *b));
+        assert_eq!(got, want.iter().map(|(_, i)| i.to_string()).collect::<Vec<_>>());
+    }
+}

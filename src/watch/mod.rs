@@ -319,6 +319,10 @@ pub async fn run_fenced(
                 }
                 Next::Rebuild(reason) => {
                     tracing::warn!(reason = %reason, db = %cfg.mongodb_db, "change streams cannot resume; rebuilding");
+                    // Not streaming until the rebuild and the reload are
+                    // done: the cache is incomplete meanwhile, and
+                    // `/health` says so.
+                    metrics.streaming.store(false, std::sync::atomic::Ordering::Relaxed);
                     rebuild_reason = Some(reason);
                     continue 'establish;
                 }

@@ -1,18 +1,20 @@
 //! `cachewright verify`: compares Redis with what a full rebuild from the
 //! current MongoDB would write, writing nothing. Reads go in bounded
 //! pipelined batches with no blocking commands, so it can run against
-//! production.
+//! production. It streams as the rebuild does: its memory is the rebuild's
+//! video table, not every planned key.
 
 use crate::config::Config;
-use crate::plan::plan_in_memory;
-use crate::plan::{FamilySet, Value};
+use crate::plan::{FamilySet, Op, PlanCtx, Value};
 use crate::progress::Progress;
-use crate::rebuild::{RunError, plan_ctx};
+use crate::rebuild::{Batcher, RunError, plan_ctx, read_catalog};
 use crate::registry::FamilyId;
-use crate::sink::{Observed, Sink};
+use crate::sink::{Observed, Produced, Sink, SinkError, digest, per_video};
 use crate::source::Source;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::mpsc;
 
 /// Keys read per round trip.
 const BATCH: usize = 200;
@@ -143,65 +145,122 @@ pub async fn verify(
 ) -> Result<VerifyReport, RunError> {
     let source = Source::connect(cfg).await?;
     let sink = Sink::connect_for(cfg, crate::sink::Access::Read).await?;
-    let c = &cfg.collections;
-    let [channels, categories, tags, videos] = source.read_four(cfg).await?;
-    let ctx = plan_ctx(cfg, families);
-    let names = c.clone();
-    let planned = {
-        let ctx = ctx.clone();
-        tokio::task::spawn_blocking(move || plan_in_memory(&ctx, &names, &channels, &categories, &tags, &videos))
-            .await?
+    let ctx = Arc::new(plan_ctx(cfg, families));
+    let budget = sink.tx_budget(cfg);
+
+    // What a rebuild would write streams through the checker as the
+    // rebuild's own stages plan it (catalogue, then each video's keys,
+    // then the index keys a group at a time): nothing is held whole but
+    // the compact video table.
+    let (tx, rx) = mpsc::channel::<Vec<Op>>(4);
+    let stage = Arc::new(progress.stage("verifying", 0));
+    let checker = {
+        let (sink, ctx, stage) = (sink.clone(), ctx.clone(), stage.clone());
+        crate::tasks::spawn(async move { check_planned(&sink, &ctx, rx, sample, &stage).await })
     };
-    let expected: HashMap<String, Value> = planned.ops.into_iter().map(|op| (op.key.text, op.value)).collect();
-
-    let mut checks: BTreeMap<FamilyId, FamilyCheck> =
-        families.iter().map(|f| (f, FamilyCheck { family: f.name().to_string(), ..FamilyCheck::default() })).collect();
-    let existing = sink.scan_existing(&ctx.keys, families).await?;
-    for (family, key) in &existing.keys {
-        if !expected.contains_key(key) {
-            let check = checks.entry(*family).or_default();
-            check.extra += 1;
-            check.note(sample, format!("extra {key}"));
-        }
+    let (catalog, _, _) = read_catalog(&source, cfg).await?;
+    let catalog = Arc::new(catalog);
+    let (ops, _) = {
+        let (catalog, ctx) = (catalog.clone(), ctx.clone());
+        tokio::task::spawn_blocking(move || crate::plan::plan_catalog(&catalog, &ctx)).await?
+    };
+    {
+        // Each batcher holds a sender: the checker ends when all are gone.
+        let mut batcher = Batcher::new(tx.clone(), budget);
+        let _ = batcher.send(ops).await && batcher.flush().await;
     }
-
-    let mut keys: Vec<&String> = expected.keys().collect();
-    keys.sort();
-    let stage = progress.stage("verifying", keys.len() as u64);
-    for chunk in keys.chunks(BATCH) {
-        let names: Vec<String> = chunk.iter().map(|k| (*k).clone()).collect();
-        let inspected = sink.inspect(&names).await?;
-        for (key, seen) in names.iter().zip(inspected) {
-            let Some(family) = ctx.keys.classify(key) else { continue };
-            let want = &expected[key];
-            let check = checks.entry(family).or_default();
-            check.checked += 1;
-            if seen.value == Observed::Missing {
-                check.missing += 1;
-                check.note(sample, format!("missing {key}"));
-                continue;
-            }
-            if seen.value.type_name() != want.redis_type().as_str() {
-                check.wrong_type += 1;
-                check.note(
-                    sample,
-                    format!("wrong type {key}: {} instead of {}", seen.value.type_name(), want.redis_type().as_str()),
-                );
-                continue;
-            }
-            if let Some(detail) = compare(want, &seen.value) {
-                check.wrong_value += 1;
-                check.note(sample, format!("wrong value {key}: {detail}"));
-            }
-            if seen.ttl < 0 {
-                check.no_ttl += 1;
-                check.note(sample, format!("no ttl {key}"));
-            }
-        }
-        stage.inc(chunk.len() as u64);
+    let mut table = None;
+    if families.needs_videos() {
+        let batcher = Batcher::new(tx.clone(), budget);
+        let (videos, _) =
+            crate::rebuild::videos::read_videos(&source, cfg, ctx.clone(), catalog.clone(), batcher, progress).await?;
+        let videos = Arc::new(videos);
+        let batcher = Batcher::new(tx.clone(), budget);
+        crate::rebuild::videos::plan_index_keys(videos.clone(), catalog, ctx.clone(), batcher).await?;
+        table = Some(videos);
     }
+    drop(tx);
+    let (mut checks, planned) = checker.await??;
     stage.finish();
+
+    // Keys a rebuild would not write: one scan, per-video keys judged by
+    // the video table, the others by what was planned.
+    let judge = |family: FamilyId, args: &[&str], key: &str| {
+        let per_video = table.as_deref().zip(args.first()).and_then(|(table, id)| table.planned(family, id));
+        Some(per_video.unwrap_or_else(|| planned.contains(&digest(key))))
+    };
+    let extra = sink.find_stale(&ctx.keys, families, &judge, EXTRA_NAMES).await?;
+    for (family, n) in &extra.by_family {
+        checks.entry(*family).or_default().extra += n;
+    }
+    for (family, key) in &extra.keys {
+        checks.entry(*family).or_default().note(sample, format!("extra {key}"));
+    }
+    for family in families.iter() {
+        checks.entry(family).or_default().family = family.name().to_string();
+    }
     Ok(VerifyReport { families: checks.into_values().collect() })
+}
+
+/// Extra key names kept for the samples (all are counted).
+const EXTRA_NAMES: usize = 10_000;
+
+/// Compares each planned key with what Redis holds, batch by batch, and
+/// returns the checks and the digests of the planned keys that are not
+/// per video (the video table answers for those).
+async fn check_planned(
+    sink: &Sink,
+    ctx: &PlanCtx,
+    mut rx: mpsc::Receiver<Vec<Op>>,
+    sample: usize,
+    stage: &crate::progress::Stage,
+) -> Result<(BTreeMap<FamilyId, FamilyCheck>, Produced), SinkError> {
+    let mut checks: BTreeMap<FamilyId, FamilyCheck> = BTreeMap::new();
+    let mut planned = Produced::default();
+    while let Some(ops) = rx.recv().await {
+        for chunk in ops.chunks(BATCH) {
+            let names: Vec<String> = chunk.iter().map(|op| op.key.text.clone()).collect();
+            let inspected = sink.inspect(&names).await?;
+            for (op, seen) in chunk.iter().zip(inspected) {
+                let (key, want, family) = (&op.key.text, &op.value, op.key.family);
+                if !per_video(family) {
+                    planned.insert(digest(key));
+                }
+                if !ctx.families.contains(family) {
+                    continue;
+                }
+                let check = checks.entry(family).or_default();
+                check.checked += 1;
+                if seen.value == Observed::Missing {
+                    check.missing += 1;
+                    check.note(sample, format!("missing {key}"));
+                    continue;
+                }
+                if seen.value.type_name() != want.redis_type().as_str() {
+                    check.wrong_type += 1;
+                    check.note(
+                        sample,
+                        format!(
+                            "wrong type {key}: {} instead of {}",
+                            seen.value.type_name(),
+                            want.redis_type().as_str()
+                        ),
+                    );
+                    continue;
+                }
+                if let Some(detail) = compare(want, &seen.value) {
+                    check.wrong_value += 1;
+                    check.note(sample, format!("wrong value {key}: {detail}"));
+                }
+                if seen.ttl < 0 {
+                    check.no_ttl += 1;
+                    check.note(sample, format!("no ttl {key}"));
+                }
+            }
+            stage.inc(chunk.len() as u64);
+        }
+    }
+    Ok((checks, planned))
 }
 
 #[cfg(test)]

@@ -68,13 +68,52 @@ pub fn resolve_refs(video: &VideoDoc, catalog: &Catalog, refs: &mut RefReport) -
     out
 }
 
+/// Resolved references, in pages that are never moved: a growing `Vec`
+/// would, at its last doubling, hold the old and the new copy at once
+/// (about three times the data) at the end of the read, when the run is
+/// at its largest.
+#[derive(Debug, Default)]
+struct Arena {
+    pages: Vec<Vec<u32>>,
+}
+
+/// Entries per page (256 KiB).
+const PAGE: usize = 1 << 16;
+
+impl Arena {
+    /// Stores one video's references; its place is the page (high 32
+    /// bits) and the offset in it. A run longer than a page gets a page
+    /// of its own.
+    fn push(&mut self, refs: &[u32]) -> u64 {
+        let fits = self.pages.last().is_some_and(|page| page.capacity() - page.len() >= refs.len());
+        if !fits {
+            self.pages.push(Vec::with_capacity(PAGE.max(refs.len())));
+        }
+        let page = self.pages.len() - 1;
+        let last = &mut self.pages[page];
+        let offset = last.len();
+        last.extend_from_slice(refs);
+        ((page as u64) << 32) | offset as u64
+    }
+
+    /// The references stored from `at` to the end of its page (the
+    /// caller reads its own lengths).
+    fn get(&self, at: u64) -> &[u32] {
+        &self.pages[(at >> 32) as usize][(at & 0xffff_ffff) as usize..]
+    }
+
+    fn footprint(&self) -> usize {
+        self.pages.iter().map(|p| p.capacity() * 4).sum::<usize>() + self.pages.capacity() * 24
+    }
+}
+
 /// Every video read, by written id.
 #[derive(Debug, Default)]
 pub struct VideoTable {
     recs: Vec<Rec>,
     texts: Vec<Box<str>>,
     seen: HashTable<u32>,
-    arena: Vec<u32>,
+    arena: Arena,
     indexed: usize,
 }
 
@@ -164,9 +203,8 @@ impl VideoTable {
                 flags |= CATEGORIES;
             }
             let rec = &mut self.recs[at as usize];
-            rec.refs_at = self.arena.len() as u64;
+            rec.refs_at = self.arena.push(&resolved);
             rec.added_ms = video.added_ms;
-            self.arena.extend_from_slice(&resolved);
         }
         self.recs[at as usize].flags |= flags;
     }
@@ -192,16 +230,16 @@ impl VideoTable {
     pub fn footprint(&self) -> usize {
         self.recs.capacity() * size_of::<Rec>()
             + self.texts.iter().map(|t| t.len() + 16).sum::<usize>()
-            + self.arena.capacity() * 4
+            + self.arena.footprint()
             + self.seen.capacity() * (size_of::<u32>() + 1)
     }
 
     fn refs(&self, at: u32) -> (&[u32], &[u32]) {
-        let start = self.recs[at as usize].refs_at as usize;
-        let n_cats = self.arena[start] as usize;
-        let cats = &self.arena[start + 1..start + 1 + n_cats];
-        let n_tags = self.arena[start + 1 + n_cats] as usize;
-        let tags = &self.arena[start + 2 + n_cats..start + 2 + n_cats + n_tags];
+        let refs = self.arena.get(self.recs[at as usize].refs_at);
+        let n_cats = refs[0] as usize;
+        let cats = &refs[1..1 + n_cats];
+        let n_tags = refs[1 + n_cats] as usize;
+        let tags = &refs[2 + n_cats..2 + n_cats + n_tags];
         (cats, tags)
     }
 
@@ -246,7 +284,7 @@ impl VideoTable {
     /// ops and returns false to stop (the writer failed).
     pub fn plan_index_keys(&self, catalog: &Catalog, ctx: &PlanCtx, send: &mut dyn FnMut(Vec<Op>) -> bool) {
         /// Scopes planned together (in parallel) and sent as one group.
-        const GROUP: usize = 64;
+        const GROUP: usize = 16;
         let (in_cat, with_tag) = self.scopes(catalog);
         let categories: Vec<usize> = (0..catalog.categories.len()).filter(|&c| catalog.categories[c].active).collect();
         for group in categories.chunks(GROUP) {
@@ -325,6 +363,22 @@ mod tests {
     #[test]
     fn a_record_is_32_bytes() {
         assert_eq!(size_of::<Rec>(), 32);
+    }
+
+    #[test]
+    fn references_keep_their_place_across_pages() {
+        let mut arena = Arena::default();
+        let long: Vec<u32> = (0..PAGE as u32 + 5).collect();
+        let places: Vec<(u64, Vec<u32>)> = [vec![1, 7], long.clone(), vec![0, 1, 9], vec![2; PAGE - 2], vec![3, 4]]
+            .into_iter()
+            .map(|refs| (arena.push(&refs), refs))
+            .collect();
+        for (at, refs) in &places {
+            assert_eq!(&arena.get(*at)[..refs.len()], refs.as_slice());
+        }
+        // The long run got a page of its own; the next ones share one
+        // until it is full.
+        assert_eq!(arena.pages.len(), 4);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 pub mod guard;
 mod summary;
-mod videos;
+pub(crate) mod videos;
 
 pub use summary::RunSummary;
 
@@ -295,6 +295,22 @@ async fn guard_source(
     Ok(())
 }
 
+/// The sweep's first pass, made while the index keys are written: keys
+/// of per-video families are judged against the finished video table, the
+/// others are kept for after the writes.
+fn early_sweep_scan(
+    sink: &Sink,
+    ctx: &PlanCtx,
+    opts: &RebuildOptions,
+    table: Arc<plan::index::VideoTable>,
+) -> crate::tasks::Owned<Result<sink::Stale, SinkError>> {
+    let (sink, keys, families, cap) = (sink.clone(), ctx.keys.clone(), opts.families, opts.sweep_cap);
+    crate::tasks::spawn(async move {
+        let judge = |family: FamilyId, args: &[&str], _: &str| args.first().and_then(|id| table.planned(family, id));
+        sink.find_stale(&keys, families, &judge, cap).await
+    })
+}
+
 async fn run_pipeline(
     cfg: &Config,
     opts: &RebuildOptions,
@@ -322,6 +338,7 @@ async fn run_pipeline(
         crate::tasks::spawn(sink::run_writer(sink, rx, cfg.write_concurrency, cancel, keep, move |n| stage.inc(n)))
     };
 
+    let mut early_scan = None;
     let produce = async {
         // The catalogue first (thousands of documents against the videos'
         // millions): videos are resolved against it as they stream in.
@@ -357,6 +374,10 @@ async fn run_pipeline(
             collections.push((cfg.collections.video.clone(), intake.report));
             refs.merge(&intake.refs);
             let videos = Arc::new(videos);
+            // The sweep's scan starts now, beside the index keys' writes:
+            // every per-video key can be judged (the table is whole), the
+            // few others once the writes are done.
+            early_scan = Some(early_sweep_scan(sink, &ctx, opts, videos.clone()));
             let batcher = Batcher::new(tx.clone(), budget);
             videos::plan_index_keys(videos.clone(), catalog.clone(), ctx.clone(), batcher).await?;
             table = Some(videos);
@@ -377,11 +398,24 @@ async fn run_pipeline(
     if sink.run_id().await? != redis_run_id {
         return Err(RunError::RedisRestarted);
     }
+    let digested = |key: &str| written.produced.contains(&sink::digest(key));
     let produced = |family: FamilyId, args: &[&str], key: &str| {
         let per_video = table.as_deref().zip(args.first()).and_then(|(table, id)| table.planned(family, id));
-        per_video.unwrap_or_else(|| written.produced.contains(&sink::digest(key)))
+        Some(per_video.unwrap_or_else(|| digested(key)))
     };
-    let mut stale = sink.find_stale(&ctx.keys, opts.families, &produced, opts.sweep_cap).await?;
+    let early = match early_scan {
+        Some(scan) => Some(scan.await??).filter(|stale| !stale.later_dropped),
+        None => None,
+    };
+    let mut stale = match early {
+        Some(mut stale) => {
+            stale.settle(digested, opts.sweep_cap);
+            stale
+        }
+        // More undecided keys than the cap (or no early scan): a pass now
+        // judges every key as it comes.
+        None => sink.find_stale(&ctx.keys, opts.families, &produced, opts.sweep_cap).await?,
+    };
     let (not_utf8, scanned) = (stale.not_utf8, stale.scanned);
     if let Err(refused) = policy.check_sweep(stale.total(), stale.existing) {
         return Err(refused.into());

@@ -73,7 +73,7 @@ pub async fn plan_index_keys(
     ctx: Arc<PlanCtx>,
     mut batcher: Batcher,
 ) -> Result<(), RunError> {
-    let (tx, mut rx) = mpsc::channel::<Vec<Op>>(2);
+    let (tx, mut rx) = mpsc::channel::<Vec<Op>>(1);
     let planning = tokio::task::spawn_blocking(move || {
         table.plan_index_keys(&catalog, &ctx, &mut |ops| tx.blocking_send(ops).is_ok());
     });

@@ -26,7 +26,7 @@ pub use pipeline::{build_commands, build_pipeline, ttl_with_jitter};
 pub use retry::RetryPolicy;
 pub use state::info_value;
 pub use sweep::{Existing, Produced, Stale, digest};
-pub use writer::{WriteOutcome, run_writer};
+pub use writer::{WriteOutcome, per_video, run_writer};
 
 use crate::config::{Config, TierSeconds, redact_url, scrub};
 use crate::plan::Op;

@@ -52,6 +52,12 @@ pub struct Stale {
     pub scanned: u64,
     /// Keys under the prefix whose names are not UTF-8 (skipped).
     pub not_utf8: u64,
+    /// Keys the pass could not judge yet (see [`super::Sink::find_stale`]),
+    /// at most the cap of them.
+    pub later: Vec<(FamilyId, String)>,
+    /// Whether more keys than the cap were left for later: the pass must
+    /// then be made again once every key can be judged.
+    pub later_dropped: bool,
 }
 
 impl Stale {
@@ -65,17 +71,46 @@ impl Stale {
         self.total() == self.keys.len() as u64
     }
 
-    /// Files one existing key of a selected family.
-    fn file(&mut self, family: FamilyId, key: String, produced: bool, cap: usize) {
+    /// Files one existing key of a selected family: `produced` is `None`
+    /// when it cannot be judged yet.
+    fn file(&mut self, family: FamilyId, key: String, produced: Option<bool>, cap: usize) {
         self.existing += 1;
-        if produced {
-            return;
-        }
-        *self.by_family.entry(family).or_default() += 1;
-        if self.keys.len() < cap {
-            self.keys.push((family, key));
+        match produced {
+            Some(true) => {}
+            Some(false) => {
+                *self.by_family.entry(family).or_default() += 1;
+                if self.keys.len() < cap {
+                    self.keys.push((family, key));
+                }
+            }
+            None if self.later.len() < cap => self.later.push((family, key)),
+            None => self.later_dropped = true,
         }
     }
+
+    /// Judges the keys left for later, now that `produced` can.
+    pub fn settle(&mut self, produced: impl Fn(&str) -> bool, cap: usize) {
+        for (family, key) in std::mem::take(&mut self.later) {
+            if !produced(&key) {
+                *self.by_family.entry(family).or_default() += 1;
+                if self.keys.len() < cap {
+                    self.keys.push((family, key));
+                }
+            }
+        }
+    }
+}
+
+/// Whether a run produced a key, from its family, its placeholders' values
+/// and its name; `None` when that cannot be told yet.
+pub type Judge<'a> = dyn Fn(FamilyId, &[&str], &str) -> Option<bool> + Sync + 'a;
+
+/// One scanned key, classified.
+enum Filed {
+    NotUtf8,
+    /// Not of a selected registered family: never touched.
+    Other,
+    Key(FamilyId, String, Option<bool>),
 }
 
 const SCAN_COUNT: usize = 5000;
@@ -85,7 +120,7 @@ impl super::Sink {
     /// Collects every key under the prefix that belongs to a selected
     /// registered family.
     pub async fn scan_existing(&self, keys: &Keys, families: FamilySet) -> Result<Existing, SinkError> {
-        let all = self.find_stale(keys, families, &|_, _, _| false, usize::MAX).await?;
+        let all = self.find_stale(keys, families, &|_, _, _| Some(false), usize::MAX).await?;
         Ok(Existing { keys: all.keys, scanned: all.scanned, not_utf8: all.not_utf8 })
     }
 
@@ -116,13 +151,15 @@ impl super::Sink {
     }
 
     /// One pass over the keyspace: the keys of the selected families for
-    /// which `produced(family, placeholders, key)` is false, names kept up
-    /// to `cap`.
+    /// which `produced(family, placeholders, key)` is `Some(false)`, names
+    /// kept up to `cap`. Keys it answers `None` for are kept (up to `cap`)
+    /// for [`Stale::settle`]: a rebuild scans while its last keys are still
+    /// being written, and judges those keys once they are.
     pub async fn find_stale(
         &self,
         keys: &Keys,
         families: FamilySet,
-        produced: &(dyn Fn(FamilyId, &[&str], &str) -> bool + Sync),
+        produced: &Judge<'_>,
         cap: usize,
     ) -> Result<Stale, SinkError> {
         let glob = format!("{}*", keys.scan_glob_prefix());
@@ -138,23 +175,22 @@ impl super::Sink {
             stale.scanned += batch.len() as u64;
             // Classified in parallel: at millions of keys, filing them one
             // by one would take longer than Redis takes to scan them.
-            // `None`: not UTF-8; `Some(None)`: no selected family.
-            let filed: Vec<Option<Option<(FamilyId, String, bool)>>> = batch
+            let filed: Vec<Filed> = batch
                 .into_par_iter()
                 .map(|raw| {
-                    let key = String::from_utf8(raw).ok()?;
+                    let Ok(key) = String::from_utf8(raw) else { return Filed::NotUtf8 };
                     let Some((family, args)) = keys.parse(&key).filter(|(f, _)| families.contains(*f)) else {
-                        return Some(None);
+                        return Filed::Other;
                     };
                     let made = produced(family, &args, &key);
-                    Some(Some((family, key, made)))
+                    Filed::Key(family, key, made)
                 })
                 .collect();
             for item in filed {
                 match item {
-                    Some(Some((family, key, made))) => stale.file(family, key, made, cap),
-                    Some(None) => {}
-                    None => stale.not_utf8 += 1,
+                    Filed::Key(family, key, made) => stale.file(family, key, made, cap),
+                    Filed::Other => {}
+                    Filed::NotUtf8 => stale.not_utf8 += 1,
                 }
             }
         })
@@ -206,16 +242,29 @@ mod tests {
     #[test]
     fn stale_keys_are_the_unproduced_ones_named_up_to_the_cap() {
         let mut stale = Stale::default();
-        stale.file(FamilyId::TagAll, "app:tag:all".into(), true, 2);
+        stale.file(FamilyId::TagAll, "app:tag:all".into(), Some(true), 2);
         for i in 0..4 {
-            stale.file(FamilyId::VideoDetail, format!("app:video:detail:v{i}"), false, 2);
+            stale.file(FamilyId::VideoDetail, format!("app:video:detail:v{i}"), Some(false), 2);
         }
-        stale.file(FamilyId::TagList, "app:tag:list".into(), false, 2);
+        stale.file(FamilyId::TagList, "app:tag:list".into(), Some(false), 2);
         assert_eq!((stale.existing, stale.total()), (6, 5));
         assert_eq!(stale.by_family[&FamilyId::VideoDetail], 4);
         let names: Vec<&str> = stale.keys.iter().map(|(_, k)| k.as_str()).collect();
         assert_eq!(names, ["app:video:detail:v0", "app:video:detail:v1"]);
         assert!(!stale.is_complete());
+    }
+
+    #[test]
+    fn keys_left_for_later_are_judged_when_settled() {
+        let mut stale = Stale::default();
+        for key in ["app:tag:all", "app:tag:list", "app:channel:all"] {
+            stale.file(FamilyId::TagAll, key.into(), None, 2);
+        }
+        assert!(stale.later_dropped, "a third key beyond the cap of 2");
+        stale.settle(|key| key == "app:tag:all", 2);
+        assert_eq!((stale.existing, stale.total()), (3, 1));
+        assert_eq!(stale.keys, vec![(FamilyId::TagAll, "app:tag:list".to_string())]);
+        assert!(stale.later.is_empty());
     }
 
     #[test]

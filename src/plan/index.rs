@@ -1,5 +1,5 @@
 //! The rebuild's per-video index: what the index families and the sweep
-//! need of every video read, about 60 bytes a video whatever its payload.
+//! need of every video read, about 70 bytes a video whatever its payload.
 //!
 //! The catalogue is read first, so a video's references are resolved
 //! while it is decoded (in parallel) and its `video:detail` and

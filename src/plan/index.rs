@@ -101,9 +101,17 @@ impl Arena {
     fn get(&self, at: u64) -> &[u32] {
         &self.pages[(at >> 32) as usize][(at & 0xffff_ffff) as usize..]
     }
+}
 
-    fn footprint(&self) -> usize {
-        self.pages.iter().map(|p| p.capacity() * 4).sum::<usize>() + self.pages.capacity() * 24
+/// The written id of the record at `at` (a text id's record holds its
+/// index into `texts`).
+fn written_id<'a>(recs: &'a [Rec], texts: &'a [Box<str>], at: u32) -> WidRef<'a> {
+    let rec = &recs[at as usize];
+    if rec.flags & TEXT != 0 {
+        let n = u32::from_le_bytes(rec.id[..4].try_into().expect("4 bytes"));
+        WidRef::Text(&texts[n as usize])
+    } else {
+        WidRef::Hex(&rec.id)
     }
 }
 
@@ -123,13 +131,7 @@ impl VideoTable {
     }
 
     fn wid(&self, at: u32) -> WidRef<'_> {
-        let rec = &self.recs[at as usize];
-        if rec.flags & TEXT != 0 {
-            let n = u32::from_le_bytes(rec.id[..4].try_into().expect("4 bytes"));
-            WidRef::Text(&self.texts[n as usize])
-        } else {
-            WidRef::Hex(&rec.id)
-        }
+        written_id(&self.recs, &self.texts, at)
     }
 
     fn hash(&self, id: WidRef<'_>) -> u64 {
@@ -161,16 +163,7 @@ impl VideoTable {
         self.recs.push(Rec { added_ms: 0, refs_at: 0, id: bytes, flags });
         let hash = self.hash(wid.as_ref());
         let Self { seen, recs, texts, .. } = self;
-        let hasher = rustc_hash::FxBuildHasher;
-        let rehash = |&at: &u32| {
-            let rec = &recs[at as usize];
-            if rec.flags & TEXT != 0 {
-                let n = u32::from_le_bytes(rec.id[..4].try_into().expect("4 bytes"));
-                hasher.hash_one(WidRef::Text(&texts[n as usize]))
-            } else {
-                hasher.hash_one(WidRef::Hex(&rec.id))
-            }
-        };
+        let rehash = |&at: &u32| rustc_hash::FxBuildHasher.hash_one(written_id(recs, texts, at));
         seen.insert_unique(hash, at, rehash);
         Some(at)
     }
@@ -224,14 +217,6 @@ impl VideoTable {
         };
         let wid = Wid::new(id);
         Some(self.find(wid.as_ref()).is_some_and(|at| self.recs[at as usize].flags & flag != 0))
-    }
-
-    /// The bytes the table holds (records, ids, arena and hash table).
-    pub fn footprint(&self) -> usize {
-        self.recs.capacity() * size_of::<Rec>()
-            + self.texts.iter().map(|t| t.len() + 16).sum::<usize>()
-            + self.arena.footprint()
-            + self.seen.capacity() * (size_of::<u32>() + 1)
     }
 
     fn refs(&self, at: u32) -> (&[u32], &[u32]) {

@@ -179,9 +179,15 @@ pub struct VerifyArgs {
     /// Only these families (names or collection groups, as for rebuild --only)
     #[arg(long, value_delimiter = ',', value_name = "FAMILY,...")]
     pub only: Vec<String>,
-    /// Sample differences shown per family
+    /// Compare N keys of every family, drawn at random from what a rebuild
+    /// would write, instead of every key (MongoDB is still read whole, in
+    /// the rebuild's bounded memory; key names are still all judged for
+    /// extras)
+    #[arg(long, value_name = "N")]
+    pub sample: Option<usize>,
+    /// Differences listed per family (all are counted)
     #[arg(long, default_value_t = 3, value_name = "N")]
-    pub sample: usize,
+    pub show: usize,
     #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
     pub format: ReportFormat,
 }

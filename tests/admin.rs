@@ -140,8 +140,24 @@ async fn verify_catches_each_kind_of_drift(setup: Setup) {
     let cfg = common::config(&s.mongo.uri(), &url, &name);
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     rebuild(&cfg, &all(), &Progress::hidden()).await.unwrap();
-    let clean = verify::verify(&cfg, FamilySet::all(), 3, &Progress::hidden()).await.unwrap();
+    let clean = verify::verify(&cfg, verify::VerifyOptions::all(FamilySet::all()), &Progress::hidden()).await.unwrap();
     assert!(clean.ok(), "{}", clean.render());
+
+    // `memory` counts every key of each family and measures a draw of two.
+    let keys = cachewright::keys::Keys::new(&cfg.prefix);
+    let mut counted = std::collections::BTreeMap::<String, u64>::new();
+    for key in common::dump(&url, &cfg.prefix).await.keys() {
+        if let Some(family) = keys.classify(key) {
+            *counted.entry(family.name().to_string()).or_default() += 1;
+        }
+    }
+    let sink = cachewright::sink::Sink::connect(&cfg).await.unwrap();
+    let memory = cachewright::admin::memory::measure(&sink, &keys, 2).await.unwrap();
+    for f in &memory.families {
+        assert_eq!(f.keys, counted.get(&f.family).copied().unwrap_or(0), "{}", memory.render());
+        assert_eq!(f.sampled, f.keys.min(2), "{}", memory.render());
+        assert!(f.keys == 0 || f.avg_bytes > 0, "{}", memory.render());
+    }
 
     let p = &cfg.prefix;
     let mut conn = common::redis_conn(&url).await;
@@ -170,7 +186,7 @@ async fn verify_catches_each_kind_of_drift(setup: Setup) {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let drift = verify::verify(&cfg, FamilySet::all(), 3, &Progress::hidden()).await.unwrap();
+    let drift = verify::verify(&cfg, verify::VerifyOptions::all(FamilySet::all()), &Progress::hidden()).await.unwrap();
     assert!(!drift.ok());
     let family = |n: &str| drift.families.iter().find(|f| f.family == n).unwrap().clone();
     assert_eq!(family("category:by-id").missing, 1);
@@ -182,9 +198,26 @@ async fn verify_catches_each_kind_of_drift(setup: Setup) {
     let text = drift.render();
     assert!(text.contains("wrong value") && text.contains("Edited"), "{text}");
 
-    let only = verify::verify(&cfg, cachewright::cli::parse_only(&["channel".into()]).unwrap(), 3, &Progress::hidden())
-        .await
-        .unwrap();
+    // A draw as large as every family finds the same; a draw of one key
+    // per family compares one key of each (extras are judged by name,
+    // all of them).
+    let opts = |sample| verify::VerifyOptions { families: FamilySet::all(), show: 3, sample: Some(sample) };
+    let whole = verify::verify(&cfg, opts(1_000_000), &Progress::hidden()).await.unwrap();
+    assert_eq!(whole.render(), text, "a draw of every key is the full check");
+    let one = verify::verify(&cfg, opts(1), &Progress::hidden()).await.unwrap();
+    for f in &one.families {
+        let full = drift.families.iter().find(|d| d.family == f.family).unwrap();
+        assert_eq!(f.checked, full.checked.min(1), "{}", one.render());
+        assert_eq!(f.extra, full.extra, "{}", one.render());
+    }
+
+    let only = verify::verify(
+        &cfg,
+        verify::VerifyOptions::all(cachewright::cli::parse_only(&["channel".into()]).unwrap()),
+        &Progress::hidden(),
+    )
+    .await
+    .unwrap();
     assert!(only.ok(), "{}", only.render());
 }
 

@@ -218,7 +218,13 @@ async fn keys_that_are_not_utf8_break_nothing() {
 
     let summary = rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.expect("rebuild");
     assert_eq!(summary.not_utf8, 1);
-    let report = cachewright::admin::verify::verify(&cfg, FamilySet::all(), 3, &Progress::hidden()).await.unwrap();
+    let report = cachewright::admin::verify::verify(
+        &cfg,
+        cachewright::admin::verify::VerifyOptions::all(FamilySet::all()),
+        &Progress::hidden(),
+    )
+    .await
+    .unwrap();
     assert!(report.ok(), "{}", report.render());
     let keys = cachewright::keys::Keys::new(cfg.prefix.clone());
     let sink = cachewright::sink::Sink::connect(&cfg).await.unwrap();

@@ -671,3 +671,106 @@ async fn a_watcher_write_still_on_its_way_when_a_job_starts_is_refused() {
     let _ = stop.send(());
     tokio::time::timeout(Duration::from_secs(60), server).await.expect("serve stops").unwrap().expect("clean stop");
 }
+
+/// The counters `/metrics` gives for one drift family, by key family.
+async fn drift_counts(addr: std::net::SocketAddr, metric: &str) -> BTreeMap<String, u64> {
+    let (_, text) = get(addr, "/metrics").await;
+    let head = format!("cachewright_drift_{metric}_total{{family=\"");
+    text.lines()
+        .filter_map(|l| l.strip_prefix(&head))
+        .filter_map(|l| l.split_once("\"} "))
+        .map(|(family, n)| (family.to_string(), n.parse().unwrap()))
+        .collect()
+}
+
+/// The leader's drift check: keys changed behind cachewright's back (a
+/// detail overwritten, a member removed from an index, one added to a
+/// video's categories, a catalogue key deleted, another's TTL removed)
+/// are each reported once by family in `/metrics` and rewritten, and the
+/// cache equals a fresh rebuild; a stream of live changes (titles and
+/// category moves, the detail payloads and indexes they touch) checked
+/// meanwhile is never reported as drift.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drifted_keys_are_reported_and_repaired_and_live_changes_are_not_drift() {
+    let mongo = &common::shared().mongo;
+    let redis = common::servers::Redis::start();
+    let name = common::unique("servedrift");
+    let mut cfg = config(&mongo.uri(), &redis.url(), &name, "cw-drift:", true);
+    cfg.lease_seconds = 60;
+    // A thousand keys a second: the fixture's few hundred keys are all
+    // seen within a few rounds.
+    cfg.drift_sample_per_minute = 60_000;
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    let daily = "[[schedule]]\nname = \"daily\"\ncron = \"0 0 3 * * *\"\njob = \"rebuild\"\n";
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, server) = serve_here(&cfg, daily, true, listener);
+    let total = |m: BTreeMap<String, u64>| m.values().sum::<u64>();
+    common::wait_for("the drift check to compare keys", Duration::from_secs(60), || async {
+        total(drift_counts(addr, "checked").await) > 0
+    })
+    .await;
+
+    // Live changes, each applied by the watcher while the check runs.
+    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let videos = source.database().collection::<mongodb::bson::Document>("VideoMedia");
+    let checked_before = total(drift_counts(addr, "checked").await);
+    for round in 0..40 {
+        let id = ["v1", "v3", "v8", "v13", "v15", "v16"][round % 6];
+        let cats = if round % 2 == 0 { vec!["c2", "c3"] } else { vec!["c1"] };
+        let set = mongodb::bson::doc! {"$set": {"title": format!("live {round}"), "categoryIds": cats}};
+        videos.update_one(mongodb::bson::doc! {"_id": id}, set).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_converged(&redis.url(), &cfg).await;
+    // A detail that differed during the changes is looked at again
+    // `CONFIRM` later: wait past it, with more rounds checked.
+    let settled = total(drift_counts(addr, "checked").await);
+    common::wait_for("more rounds of the drift check", Duration::from_secs(60), || async {
+        total(drift_counts(addr, "checked").await) > settled + 1_000
+    })
+    .await;
+    assert!(settled > checked_before, "the check ran during the live changes");
+    let found = drift_counts(addr, "found").await;
+    assert_eq!(total(found.clone()), 0, "live changes are not drift: {found:?}");
+
+    // Another writer changes keys behind cachewright's back.
+    let p = &cfg.prefix;
+    let mut conn = common::redis_conn(&redis.url()).await;
+    let index = format!("{p}video:category:index:c1:videos");
+    let member: Vec<String> = redis::cmd("ZRANGE").arg(&index).arg(0).arg(0).query_async(&mut conn).await.unwrap();
+    assert_eq!(member.len(), 1, "c1 indexes videos");
+    let _: () = redis::pipe()
+        .cmd("SET")
+        .arg(format!("{p}video:detail:v3"))
+        .arg("{\"id\":\"v3\",\"title\":\"not from MongoDB\"}")
+        .arg("EX")
+        .arg(100_000)
+        .cmd("ZREM")
+        .arg(&index)
+        .arg(&member[0])
+        .cmd("SADD")
+        .arg(format!("{p}video:categories:v8"))
+        .arg("c7")
+        .cmd("DEL")
+        .arg(format!("{p}category:all"))
+        .cmd("PERSIST")
+        .arg(format!("{p}tag:all"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let drifted = ["video:detail", "video:category:index", "video:categories", "category:all", "tag:all"];
+    common::wait_for("every drifted key to be found", Duration::from_secs(60), || async {
+        let found = drift_counts(addr, "found").await;
+        drifted.iter().all(|f| found.get(*f).copied().unwrap_or(0) > 0)
+    })
+    .await;
+    wait_converged(&redis.url(), &cfg).await;
+    let found = drift_counts(addr, "found").await;
+    for (family, n) in &found {
+        let want = u64::from(drifted.contains(&family.as_str()));
+        assert_eq!(*n, want, "{family}: each drifted key once, nothing else: {found:?}");
+    }
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(60), server).await.expect("serve stops").unwrap().expect("clean stop");
+}

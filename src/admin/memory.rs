@@ -1,5 +1,5 @@
 //! `cachewright memory`: per family key count and bytes (MEMORY USAGE on a
-//! sample, extrapolated), Redis `used_memory`, the hit rate, and the
+//! random sample, extrapolated), Redis `used_memory`, the hit rate, and the
 //! planning estimates for the 58K catalogue side by side.
 
 use crate::keys::Keys;
@@ -61,28 +61,23 @@ const ESTIMATES: &[(&str, &[FamilyId], &str)] = &[
 ];
 
 pub async fn measure(sink: &Sink, keys: &Keys, sample: usize) -> Result<MemoryReport, SinkError> {
-    let existing = sink.scan_existing(keys, FamilySet::all()).await?;
-    let mut by_family: BTreeMap<FamilyId, Vec<String>> = BTreeMap::new();
-    for (family, key) in existing.keys {
-        by_family.entry(family).or_default().push(key);
-    }
+    // Counted whole, measured on a random draw of each family: memory
+    // for the draw, whatever the number of keys.
+    let mut drawn = sink.draw_existing(keys, FamilySet::all(), sample.max(1)).await?;
     let mut families = Vec::new();
     let mut measured: BTreeMap<FamilyId, u64> = BTreeMap::new();
     for family in FamilyId::ALL {
-        let list = by_family.remove(family).unwrap_or_default();
-        // An even spread over the family, not just its first keys.
-        let step = (list.len() / sample.max(1)).max(1);
-        let picked: Vec<String> = list.iter().step_by(step).take(sample.max(1)).cloned().collect();
+        let (count, picked) = drawn.remove(family).unwrap_or_default();
         let mut bytes = 0u64;
         for chunk in picked.chunks(200) {
             bytes += sink.memory_usage(chunk).await?.iter().sum::<u64>();
         }
         let avg = if picked.is_empty() { 0 } else { bytes / picked.len() as u64 };
-        let total = avg * list.len() as u64;
+        let total = avg * count;
         measured.insert(*family, total);
         families.push(FamilyMemory {
             family: family.name().to_string(),
-            keys: list.len() as u64,
+            keys: count,
             sampled: picked.len() as u64,
             avg_bytes: avg,
             total_bytes: total,

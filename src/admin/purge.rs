@@ -1,6 +1,6 @@
 //! `cachewright purge --prefix OLD`: after the readers moved to a new
 //! prefix, deletes the registered-family keys under the old one (SCAN and
-//! UNLINK in batches). Keys of no registered family are left alone.
+//! UNLINK page by page). Keys of no registered family are left alone.
 
 use crate::keys::Keys;
 use crate::plan::FamilySet;
@@ -9,9 +9,9 @@ use crate::registry::FamilyId;
 use crate::sink::{Sink, SinkError};
 use std::collections::BTreeMap;
 
-const UNLINK_BATCH: usize = 500;
-
-/// Keys deleted (or found, on a dry run) per family.
+/// Keys deleted (or found, on a dry run) per family. The keys are
+/// deleted page by page as the scan finds them: memory stays one page,
+/// whatever the number of keys.
 pub async fn purge(
     sink: &Sink,
     old_prefix: &str,
@@ -19,19 +19,8 @@ pub async fn purge(
     progress: &Progress,
 ) -> Result<BTreeMap<FamilyId, u64>, SinkError> {
     let keys = Keys::new(old_prefix);
-    let existing = sink.scan_existing(&keys, FamilySet::all()).await?;
-    let stage = progress.stage(if dry_run { "counting" } else { "purging" }, existing.keys.len() as u64);
-    let mut counts = BTreeMap::new();
-    for chunk in existing.keys.chunks(UNLINK_BATCH) {
-        for (family, _) in chunk {
-            *counts.entry(*family).or_default() += 1;
-        }
-        if !dry_run {
-            let names: Vec<String> = chunk.iter().map(|(_, k)| k.clone()).collect();
-            sink.unlink(&names).await?;
-        }
-        stage.inc(chunk.len() as u64);
-    }
+    let stage = progress.stage(if dry_run { "counting" } else { "purging" }, 0);
+    let counts = sink.unlink_families(&keys, FamilySet::all(), dry_run, |n| stage.inc(n)).await?;
     stage.finish();
     Ok(counts)
 }

@@ -5,11 +5,11 @@
 //! video table, not every planned key.
 
 use crate::config::Config;
-use crate::plan::{FamilySet, Op, PlanCtx, Value};
+use crate::plan::{FamilySet, Op, PlanCtx};
 use crate::progress::Progress;
 use crate::rebuild::{Batcher, RunError, plan_ctx, read_catalog};
 use crate::registry::FamilyId;
-use crate::sink::{Observed, Produced, Sink, SinkError, digest, per_video};
+use crate::sink::{Difference, Produced, Sink, SinkError, difference, digest, per_video};
 use crate::source::Source;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -86,63 +86,26 @@ impl VerifyReport {
     }
 }
 
-fn shorten(s: &str) -> String {
-    const MAX: usize = 120;
-    if s.chars().count() <= MAX { s.to_string() } else { format!("{}…", s.chars().take(MAX).collect::<String>()) }
+/// What `verify` compares and how much of it it shows.
+#[derive(Debug, Clone, Copy)]
+pub struct VerifyOptions {
+    pub families: FamilySet,
+    /// Differences listed per family (all are counted).
+    pub show: usize,
+    /// Compare only this many keys of each family, drawn at random from
+    /// what a rebuild would write (`None`: every key).
+    pub sample: Option<usize>,
 }
 
-/// Where two strings first differ, with a little context.
-fn first_difference(expected: &str, found: &str) -> String {
-    let at = expected.bytes().zip(found.bytes()).take_while(|(a, b)| a == b).count();
-    let start = at.saturating_sub(30);
-    let window = |s: &str| -> String {
-        let mut from = start.min(s.len());
-        while !s.is_char_boundary(from) {
-            from -= 1;
-        }
-        shorten(&s[from..])
-    };
-    format!("at byte {at}: expected …{} found …{}", window(expected), window(found))
-}
-
-/// Describes how `found` differs from `expected`; `None` when equal.
-fn compare(expected: &Value, found: &Observed) -> Option<String> {
-    match (expected, found) {
-        (Value::String(e), Observed::String(f)) => (e != f).then(|| first_difference(e, f)),
-        (Value::Set(e), Observed::Set(f)) => {
-            let mut e = e.clone();
-            e.sort();
-            (e != *f).then(|| {
-                let missing: Vec<&String> = e.iter().filter(|m| !f.contains(m)).take(3).collect();
-                let extra: Vec<&String> = f.iter().filter(|m| !e.contains(m)).take(3).collect();
-                format!("members missing {missing:?}, extra {extra:?}")
-            })
-        }
-        (Value::List(e), Observed::List(f)) => (e != f).then(|| {
-            let at = e.iter().zip(f).take_while(|(a, b)| a == b).count();
-            format!("lengths {} vs {}, first difference at index {at}", e.len(), f.len())
-        }),
-        (Value::Zset(e), Observed::Zset(f)) => {
-            let mut e: Vec<(String, f64)> = e.iter().map(|(s, m)| (m.clone(), *s as f64)).collect();
-            e.sort_by(|a, b| a.0.cmp(&b.0));
-            (e != *f).then(|| {
-                let missing: Vec<&String> =
-                    e.iter().filter(|m| !f.iter().any(|x| x.0 == m.0)).map(|m| &m.0).take(3).collect();
-                let extra: Vec<&String> =
-                    f.iter().filter(|m| !e.iter().any(|x| x.0 == m.0)).map(|m| &m.0).take(3).collect();
-                format!("members missing {missing:?}, extra {extra:?} (or scores differ)")
-            })
-        }
-        _ => None,
+impl VerifyOptions {
+    /// Every key of `families`, three differences shown per family.
+    pub fn all(families: FamilySet) -> VerifyOptions {
+        VerifyOptions { families, show: 3, sample: None }
     }
 }
 
-pub async fn verify(
-    cfg: &Config,
-    families: FamilySet,
-    sample: usize,
-    progress: &Progress,
-) -> Result<VerifyReport, RunError> {
+pub async fn verify(cfg: &Config, opts: VerifyOptions, progress: &Progress) -> Result<VerifyReport, RunError> {
+    let families = opts.families;
     let source = Source::connect(cfg).await?;
     let sink = Sink::connect_for(cfg, crate::sink::Access::Read).await?;
     let ctx = Arc::new(plan_ctx(cfg, families));
@@ -151,12 +114,12 @@ pub async fn verify(
     // What a rebuild would write streams through the checker as the
     // rebuild's own stages plan it (catalogue, then each video's keys,
     // then the index keys a group at a time): nothing is held whole but
-    // the compact video table.
+    // the compact video table (and, when sampling, the drawn keys).
     let (tx, rx) = mpsc::channel::<Vec<Op>>(4);
     let stage = Arc::new(progress.stage("verifying", 0));
     let checker = {
         let (sink, ctx, stage) = (sink.clone(), ctx.clone(), stage.clone());
-        crate::tasks::spawn(async move { check_planned(&sink, &ctx, rx, sample, &stage).await })
+        crate::tasks::spawn(async move { check_planned(&sink, &ctx, rx, opts, &stage).await })
     };
     let (catalog, _, _) = read_catalog(&source, cfg).await?;
     let catalog = Arc::new(catalog);
@@ -183,8 +146,9 @@ pub async fn verify(
     let (mut checks, planned) = checker.await??;
     stage.finish();
 
-    // Keys a rebuild would not write: one scan, per-video keys judged by
-    // the video table, the others by what was planned.
+    // Keys a rebuild would not write: one scan of the names (no values
+    // read), per-video keys judged by the video table, the others by
+    // what was planned. Sampled or not, every name is judged.
     let judge = |family: FamilyId, args: &[&str], key: &str| {
         let per_video = table.as_deref().zip(args.first()).and_then(|(table, id)| table.planned(family, id));
         Some(per_video.unwrap_or_else(|| planned.contains(&digest(key))))
@@ -194,7 +158,7 @@ pub async fn verify(
         checks.entry(*family).or_default().extra += n;
     }
     for (family, key) in &extra.keys {
-        checks.entry(*family).or_default().note(sample, format!("extra {key}"));
+        checks.entry(*family).or_default().note(opts.show, Difference::Extra.describe(key));
     }
     for family in families.iter() {
         checks.entry(family).or_default().family = family.name().to_string();
@@ -205,88 +169,92 @@ pub async fn verify(
 /// Extra key names kept for the samples (all are counted).
 const EXTRA_NAMES: usize = 10_000;
 
-/// Compares each planned key with what Redis holds, batch by batch, and
-/// returns the checks and the digests of the planned keys that are not
-/// per video (the video table answers for those).
+/// A uniform random draw of `n` planned keys per family, whatever the
+/// number planned (reservoir sampling: each key replaces a kept one with
+/// probability n / seen).
+struct Draw {
+    n: usize,
+    seen: BTreeMap<FamilyId, u64>,
+    kept: BTreeMap<FamilyId, Vec<Op>>,
+}
+
+impl Draw {
+    fn offer(&mut self, op: &Op) {
+        let seen = self.seen.entry(op.key.family).or_default();
+        *seen += 1;
+        let kept = self.kept.entry(op.key.family).or_default();
+        if kept.len() < self.n {
+            kept.push(op.clone());
+        } else {
+            let at = rand::random_range(0..*seen) as usize;
+            if at < self.n {
+                kept[at] = op.clone();
+            }
+        }
+    }
+}
+
+/// Compares planned keys with what Redis holds (every one as it comes,
+/// or a draw of them at the end) and returns the checks and the digests
+/// of the planned keys that are not per video (the video table answers
+/// for those).
 async fn check_planned(
     sink: &Sink,
     ctx: &PlanCtx,
     mut rx: mpsc::Receiver<Vec<Op>>,
-    sample: usize,
+    opts: VerifyOptions,
     stage: &crate::progress::Stage,
 ) -> Result<(BTreeMap<FamilyId, FamilyCheck>, Produced), SinkError> {
     let mut checks: BTreeMap<FamilyId, FamilyCheck> = BTreeMap::new();
     let mut planned = Produced::default();
+    let mut draw = opts.sample.map(|n| Draw { n, seen: BTreeMap::new(), kept: BTreeMap::new() });
     while let Some(ops) = rx.recv().await {
-        for chunk in ops.chunks(BATCH) {
-            let names: Vec<String> = chunk.iter().map(|op| op.key.text.clone()).collect();
-            let inspected = sink.inspect(&names).await?;
-            for (op, seen) in chunk.iter().zip(inspected) {
-                let (key, want, family) = (&op.key.text, &op.value, op.key.family);
-                if !per_video(family) {
-                    planned.insert(digest(key));
-                }
-                if !ctx.families.contains(family) {
-                    continue;
-                }
-                let check = checks.entry(family).or_default();
-                check.checked += 1;
-                if seen.value == Observed::Missing {
-                    check.missing += 1;
-                    check.note(sample, format!("missing {key}"));
-                    continue;
-                }
-                if seen.value.type_name() != want.redis_type().as_str() {
-                    check.wrong_type += 1;
-                    check.note(
-                        sample,
-                        format!(
-                            "wrong type {key}: {} instead of {}",
-                            seen.value.type_name(),
-                            want.redis_type().as_str()
-                        ),
-                    );
-                    continue;
-                }
-                if let Some(detail) = compare(want, &seen.value) {
-                    check.wrong_value += 1;
-                    check.note(sample, format!("wrong value {key}: {detail}"));
-                }
-                if seen.ttl < 0 {
-                    check.no_ttl += 1;
-                    check.note(sample, format!("no ttl {key}"));
-                }
+        let mut wanted = Vec::with_capacity(ops.len());
+        for op in ops {
+            if !per_video(op.key.family) {
+                planned.insert(digest(&op.key.text));
             }
-            stage.inc(chunk.len() as u64);
+            if !ctx.families.contains(op.key.family) {
+                continue;
+            }
+            match &mut draw {
+                Some(draw) => draw.offer(&op),
+                None => wanted.push(op),
+            }
         }
+        check_ops(sink, &wanted, opts.show, &mut checks, stage).await?;
+    }
+    if let Some(draw) = draw {
+        let drawn: Vec<Op> = draw.kept.into_values().flatten().collect();
+        check_ops(sink, &drawn, opts.show, &mut checks, stage).await?;
     }
     Ok((checks, planned))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn differences_are_described() {
-        assert_eq!(compare(&Value::String("a".into()), &Observed::String("a".into())), None);
-        let d = compare(&Value::String("{\"a\":1}".into()), &Observed::String("{\"a\":2}".into())).unwrap();
-        assert!(d.starts_with("at byte 5"), "{d}");
-        assert_eq!(
-            compare(&Value::Set(vec!["b".into(), "a".into()]), &Observed::Set(vec!["a".into(), "b".into()])),
-            None
-        );
-        assert!(
-            compare(&Value::Set(vec!["a".into()]), &Observed::Set(vec!["a".into(), "x".into()]))
-                .unwrap()
-                .contains("extra [\"x\"]")
-        );
-        assert_eq!(compare(&Value::Zset(vec![(5, "v".into())]), &Observed::Zset(vec![("v".into(), 5.0)])), None);
-        assert!(compare(&Value::Zset(vec![(5, "v".into())]), &Observed::Zset(vec![("v".into(), 6.0)])).is_some());
-        assert!(
-            compare(&Value::List(vec!["1".into(), "2".into()]), &Observed::List(vec!["2".into(), "1".into()]))
-                .unwrap()
-                .contains("index 0")
-        );
+async fn check_ops(
+    sink: &Sink,
+    ops: &[Op],
+    show: usize,
+    checks: &mut BTreeMap<FamilyId, FamilyCheck>,
+    stage: &crate::progress::Stage,
+) -> Result<(), SinkError> {
+    for chunk in ops.chunks(BATCH) {
+        let names: Vec<String> = chunk.iter().map(|op| op.key.text.clone()).collect();
+        let inspected = sink.inspect(&names).await?;
+        for (op, seen) in chunk.iter().zip(inspected) {
+            let check = checks.entry(op.key.family).or_default();
+            check.checked += 1;
+            let Some(found) = difference(Some(&op.value), &seen) else { continue };
+            match found {
+                Difference::Missing => check.missing += 1,
+                Difference::Extra => check.extra += 1,
+                Difference::WrongType(..) => check.wrong_type += 1,
+                Difference::WrongValue(_) => check.wrong_value += 1,
+                Difference::NoTtl => check.no_ttl += 1,
+            }
+            check.note(show, found.describe(&op.key.text));
+        }
+        stage.inc(chunk.len() as u64);
     }
+    Ok(())
 }

@@ -21,7 +21,9 @@ pub async fn run(global: &GlobalArgs, args: &MigrateArgs) -> anyhow::Result<Exit
         .context("rebuild after migration failed")?;
     println!();
     print!("{}", summary.render());
-    let report = admin::verify::verify(&cfg, cachewright::plan::FamilySet::all(), 3, &progress).await?;
+    let report =
+        admin::verify::verify(&cfg, admin::verify::VerifyOptions::all(cachewright::plan::FamilySet::all()), &progress)
+            .await?;
     println!();
     print!("{}", report.render());
     Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })

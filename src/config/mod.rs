@@ -122,6 +122,8 @@ pub struct Config {
     pub sweep_max_share: f64,
     /// Under `serve`, the watcher lag above which `/health` answers 503.
     pub watch_max_lag_seconds: u64,
+    /// Under `serve`, keys a minute the drift check compares (0: off).
+    pub drift_sample_per_minute: u64,
     /// Sentinels to find the master through (empty: none).
     pub redis_sentinels: Vec<String>,
     pub redis_sentinel_master: String,
@@ -424,6 +426,7 @@ impl Config {
             lease_seconds: positive(raw.lease_seconds, "CACHEWRIGHT_LEASE_SECONDS")?,
             sweep_max_share,
             watch_max_lag_seconds: positive(raw.watch_max_lag_seconds, "CACHEWRIGHT_WATCH_MAX_LAG_SECONDS")?,
+            drift_sample_per_minute: given(raw.drift_sample_per_minute, "CACHEWRIGHT_DRIFT_SAMPLE_PER_MINUTE")?,
             mongodb_uri,
             mongodb_db,
             redis_url,

@@ -351,6 +351,11 @@ settings! {
         help: "Sweep guard: the largest share of the selected families' existing keys one rebuild may delete",
         hint: "use a fraction between 0 and 1, such as 0.5",
     }
+    drift_sample_per_minute: u64 {
+        env: "CACHEWRIGHT_DRIFT_SAMPLE_PER_MINUTE", key: "drift_sample_per_minute", default: "1000", shown: "",
+        help: "Under serve, keys a minute the leader compares with what a rebuild would write, rewriting those that drifted (0: off)",
+        hint: "use a whole number such as 1000 (0 turns the check off)",
+    }
     watch_max_lag_seconds: u64 {
         env: "CACHEWRIGHT_WATCH_MAX_LAG_SECONDS", key: "watch_max_lag_seconds", default: "60", shown: "",
         help: "Under serve, the watcher lag above which /health/ready answers 503",

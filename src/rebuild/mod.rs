@@ -290,8 +290,8 @@ async fn guard_source(
     if families.iter().next().is_none() {
         return Ok(());
     }
-    let existing = sink.scan_existing(&ctx.keys, families).await?;
-    policy.check_source(collection, &cfg.mongodb_db, report.read, rejected, existing.keys.len() as u64)?;
+    let existing = sink.count_existing(&ctx.keys, families).await?;
+    policy.check_source(collection, &cfg.mongodb_db, report.read, rejected, existing)?;
     Ok(())
 }
 

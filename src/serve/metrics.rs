@@ -299,6 +299,24 @@ impl Collector for WatchCollector {
             "Keys the watcher changed in place (the members that moved) instead of replacing them whole",
             w.patched_keys.load(Ordering::Relaxed),
         )?;
+        for (name, help, counts) in [
+            (
+                "drift_checked",
+                "Keys the leader's drift check compared with what a rebuild would write, by family",
+                &w.drift_checked,
+            ),
+            (
+                "drift_found",
+                "Keys the drift check found different (another writer, an eviction, a lost write) and rewrote, by family",
+                &w.drift_found,
+            ),
+        ] {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (id, n) in crate::registry::FamilyId::ALL.iter().zip(counts) {
+                let labels = [("family", id.name())];
+                ConstCounter::new(n.load(Ordering::Relaxed)).encode(family.encode_family(&labels)?)?;
+            }
+        }
         let problems = w.problems.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut family = encoder.encode_descriptor(
             "changestream_rejected",
@@ -361,6 +379,8 @@ mod tests {
             "cachewright_redis_keyspace_hits_total 3",
             "cachewright_changestream_event_lag_seconds_count 1",
             "cachewright_changestream_streaming 0",
+            "cachewright_drift_checked_total{family=\"video:detail\"} 0",
+            "cachewright_drift_found_total{family=\"category:all\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }

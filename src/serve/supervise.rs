@@ -66,7 +66,13 @@ pub fn start(
 ) -> Supervised {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let cfg = cfg.clone();
-    let opts = WatchOptions { window, heartbeat: false, carry: Some(carry), ..WatchOptions::default() };
+    let opts = WatchOptions {
+        window,
+        heartbeat: false,
+        carry: Some(carry),
+        drift_per_minute: cfg.drift_sample_per_minute,
+        ..WatchOptions::default()
+    };
     let task = {
         let health = health.clone();
         tokio::spawn(async move {

@@ -420,19 +420,18 @@ impl Sink {
     /// have gone from an unscanned master to a scanned one: the pass is
     /// then thrown away (`Scanned::Restart`) and made again once the
     /// slots settle.
-    pub(super) async fn scan_masters(
-        &self,
-        glob: &str,
-        count: usize,
-        mut visit: impl FnMut(Scanned),
-    ) -> Result<(), SinkError> {
+    pub(super) async fn scan_masters<F, Fut>(&self, glob: &str, count: usize, mut visit: F) -> Result<(), SinkError>
+    where
+        F: FnMut(Scanned) -> Fut,
+        Fut: std::future::Future<Output = Result<(), SinkError>>,
+    {
         let started = tokio::time::Instant::now();
         loop {
             let (before, moving) = self.layout().await?;
             if !moving {
                 // Every master at once; the batches are filed here, in
                 // the order they come.
-                let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<Vec<u8>>>(2 * before.masters.len().max(1));
+                let (tx, rx) = tokio::sync::mpsc::channel::<Vec<Vec<u8>>>(2 * before.masters.len().max(1));
                 let producers = async move {
                     let scans = before.masters.iter().map(|node| {
                         let tx = tx.clone();
@@ -458,17 +457,22 @@ impl Sink {
                     futures::future::try_join_all(scans).await.map(|_| before)
                 };
                 let consumer = async {
+                    // Owned here: a failed visit drops it, and the
+                    // producers' next send ends them.
+                    let mut rx = rx;
                     while let Some(batch) = rx.recv().await {
-                        visit(Scanned::Keys(batch));
+                        visit(Scanned::Keys(batch)).await?;
                     }
+                    Ok::<(), SinkError>(())
                 };
-                let (scanned, ()) = tokio::join!(producers, consumer);
+                let (scanned, visited) = tokio::join!(producers, consumer);
+                visited?;
                 let before = scanned?;
                 let (after, moving) = self.layout().await?;
                 if !moving && after == before {
                     return Ok(());
                 }
-                visit(Scanned::Restart);
+                visit(Scanned::Restart).await?;
             }
             if started.elapsed() > SETTLE_WAIT {
                 return Err(SinkError::Cluster(format!(

@@ -71,9 +71,12 @@ impl Sink {
         let job: Fields = redis::cmd("HGETALL").arg(keys.job(run_id)).query_async(&mut conn).await.map_err(read_err)?;
         let prefix = keys.builder(run_id, "");
         let mut names = Vec::new();
-        self.for_each_key(&keys.builders_glob(run_id), |scanned| match scanned {
-            super::cluster_io::Scanned::Restart => names.clear(),
-            super::cluster_io::Scanned::Keys(batch) => names.extend(batch),
+        self.for_each_key(&keys.builders_glob(run_id), |scanned| {
+            match scanned {
+                super::cluster_io::Scanned::Restart => names.clear(),
+                super::cluster_io::Scanned::Keys(batch) => names.extend(batch),
+            }
+            std::future::ready(Ok(()))
         })
         .await?;
         let mut builders = Vec::new();

@@ -4,6 +4,7 @@
 pub mod acl;
 pub mod cluster;
 mod cluster_io;
+mod compare;
 mod conn;
 mod inspect;
 pub mod jobs;
@@ -19,6 +20,7 @@ mod sweep;
 mod writer;
 
 pub use acl::Access;
+pub use compare::{Difference, difference};
 pub use conn::RedisConn;
 pub use inspect::{Inspected, Observed};
 pub use lease::{Fence, Lease, LeaseError};

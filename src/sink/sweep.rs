@@ -127,7 +127,11 @@ impl super::Sink {
     /// Calls `visit` with every batch of keys matching `glob`: one SCAN
     /// pass on a single Redis; on a cluster, one on every master, made
     /// again (after `Scanned::Restart`) when slots moved meanwhile.
-    pub(super) async fn for_each_key(&self, glob: &str, mut visit: impl FnMut(Scanned)) -> Result<(), SinkError> {
+    pub(super) async fn for_each_key<F, Fut>(&self, glob: &str, mut visit: F) -> Result<(), SinkError>
+    where
+        F: FnMut(Scanned) -> Fut,
+        Fut: std::future::Future<Output = Result<(), SinkError>>,
+    {
         if self.is_cluster() {
             return self.scan_masters(glob, SCAN_COUNT, visit).await;
         }
@@ -145,7 +149,7 @@ impl super::Sink {
             if next != 0 {
                 pending = Some(step(next));
             }
-            visit(Scanned::Keys(batch));
+            visit(Scanned::Keys(batch)).await?;
         }
         Ok(())
     }
@@ -165,40 +169,107 @@ impl super::Sink {
         let glob = format!("{}*", keys.scan_glob_prefix());
         let mut stale = Stale::default();
         self.for_each_key(&glob, |scanned| {
-            let batch = match scanned {
-                Scanned::Restart => {
-                    stale = Stale::default();
-                    return;
-                }
-                Scanned::Keys(batch) => batch,
-            };
-            stale.scanned += batch.len() as u64;
-            // Classified in parallel: at millions of keys, filing them one
-            // by one would take longer than Redis takes to scan them.
-            let filed: Vec<Filed> = batch
-                .into_par_iter()
-                .map(|raw| {
-                    let Ok(key) = String::from_utf8(raw) else { return Filed::NotUtf8 };
-                    let Some((family, args)) = keys.parse(&key).filter(|(f, _)| families.contains(*f)) else {
-                        return Filed::Other;
-                    };
-                    let made = produced(family, &args, &key);
-                    Filed::Key(family, key, made)
-                })
-                .collect();
-            for item in filed {
-                match item {
-                    Filed::Key(family, key, made) => stale.file(family, key, made, cap),
-                    Filed::Other => {}
-                    Filed::NotUtf8 => stale.not_utf8 += 1,
+            match scanned {
+                Scanned::Restart => stale = Stale::default(),
+                Scanned::Keys(batch) => {
+                    stale.scanned += batch.len() as u64;
+                    for item in file_batch(keys, families, batch, produced) {
+                        match item {
+                            Filed::Key(family, key, made) => stale.file(family, key, made, cap),
+                            Filed::Other => {}
+                            Filed::NotUtf8 => stale.not_utf8 += 1,
+                        }
+                    }
                 }
             }
+            std::future::ready(Ok(()))
         })
         .await?;
         if stale.not_utf8 > 0 {
             tracing::warn!(keys = stale.not_utf8, "keys under the prefix whose names are not UTF-8 were skipped");
         }
         Ok(stale)
+    }
+
+    /// How many keys of the selected families exist (names not kept).
+    pub async fn count_existing(&self, keys: &Keys, families: FamilySet) -> Result<u64, SinkError> {
+        Ok(self.find_stale(keys, families, &|_, _, _| Some(false), 0).await?.total())
+    }
+
+    /// Every key of the selected families, counted by family, with a
+    /// uniform random draw of at most `draw` names of each (reservoir
+    /// sampling): memory for the draw, whatever the number of keys.
+    pub async fn draw_existing(
+        &self,
+        keys: &Keys,
+        families: FamilySet,
+        draw: usize,
+    ) -> Result<BTreeMap<FamilyId, (u64, Vec<String>)>, SinkError> {
+        let glob = format!("{}*", keys.scan_glob_prefix());
+        let mut out: BTreeMap<FamilyId, (u64, Vec<String>)> = BTreeMap::new();
+        self.for_each_key(&glob, |scanned| {
+            match scanned {
+                Scanned::Restart => out.clear(),
+                Scanned::Keys(batch) => {
+                    for item in file_batch(keys, families, batch, &|_, _, _| Some(false)) {
+                        let Filed::Key(family, key, _) = item else { continue };
+                        let (seen, kept) = out.entry(family).or_default();
+                        *seen += 1;
+                        if kept.len() < draw {
+                            kept.push(key);
+                        } else if let Some(slot) = kept.get_mut(rand::random_range(0..*seen) as usize) {
+                            *slot = key;
+                        }
+                    }
+                }
+            }
+            std::future::ready(Ok(()))
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// Unlinks every key of the selected families page by page as the
+    /// scan finds them (with `dry_run`, only counts them), and gives how
+    /// many per family. Nothing is held beyond a page. SCAN returns every
+    /// key present from its start to its end, so deleting the keys it
+    /// returned does not hide the others; on a cluster whose slots moved
+    /// meanwhile the scan is made again and finds only what is left.
+    pub async fn unlink_families(
+        &self,
+        keys: &Keys,
+        families: FamilySet,
+        dry_run: bool,
+        on_page: impl Fn(u64),
+    ) -> Result<BTreeMap<FamilyId, u64>, SinkError> {
+        let glob = format!("{}*", keys.scan_glob_prefix());
+        let mut counts: BTreeMap<FamilyId, u64> = BTreeMap::new();
+        self.for_each_key(&glob, |scanned| {
+            let mut names = Vec::new();
+            match scanned {
+                // What a dry run counted is counted again; what was
+                // deleted is gone and is not.
+                Scanned::Restart if dry_run => counts.clear(),
+                Scanned::Restart => {}
+                Scanned::Keys(batch) => {
+                    for item in file_batch(keys, families, batch, &|_, _, _| Some(false)) {
+                        if let Filed::Key(family, key, _) = item {
+                            *counts.entry(family).or_default() += 1;
+                            names.push(key);
+                        }
+                    }
+                }
+            }
+            on_page(names.len() as u64);
+            async move {
+                for chunk in names.chunks(UNLINK_BATCH).filter(|_| !dry_run) {
+                    self.unlink(chunk).await?;
+                }
+                Ok(())
+            }
+        })
+        .await?;
+        Ok(counts)
     }
 
     /// Unlinks the names a pass kept, in batches (fenced when the sink is).
@@ -209,6 +280,23 @@ impl super::Sink {
         }
         Ok(())
     }
+}
+
+/// Classifies one page of scanned names, in parallel: at millions of
+/// keys, filing them one by one would take longer than Redis takes to
+/// scan them.
+fn file_batch(keys: &Keys, families: FamilySet, batch: Vec<Vec<u8>>, produced: &Judge<'_>) -> Vec<Filed> {
+    batch
+        .into_par_iter()
+        .map(|raw| {
+            let Ok(key) = String::from_utf8(raw) else { return Filed::NotUtf8 };
+            let Some((family, args)) = keys.parse(&key).filter(|(f, _)| families.contains(*f)) else {
+                return Filed::Other;
+            };
+            let made = produced(family, &args, &key);
+            Filed::Key(family, key, made)
+        })
+        .collect()
 }
 
 async fn scan(

@@ -2,16 +2,19 @@
 //! what they change and saves the tokens after.
 
 use super::batch::{Batch, CatchUp};
+use super::drift::{DetailProbe, Drift, Expected, Suspect};
 use super::protocol::Step;
 use super::state::State;
 use super::stream::{Item, StartAt};
 use super::{Restart, WatchError, WatchMetrics, WatchOptions, model, plan};
 use crate::config::Config;
 use crate::keys::status::StatusKeys;
-use crate::plan::{Change, PlanCtx};
+use crate::plan::{Change, PlanCtx, Value};
 use crate::sink::{Sink, SinkError};
 use crate::source::{Source, SourceError};
 use model::{Coll, Event, id_key};
+use mongodb::bson::Bson;
+use std::collections::HashMap;
 use std::time::Instant;
 use tokio::sync::mpsc;
 
@@ -27,7 +30,10 @@ pub(super) struct Engine<'a> {
 }
 
 impl Engine<'_> {
-    /// Applies batches until shutdown (`None`) or a stream failure.
+    /// Applies batches until shutdown (`None`) or a stream failure. Each
+    /// argument is a piece of the session the caller keeps across
+    /// reopenings of the streams.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn stream_batches(
         &self,
         state: &mut State,
@@ -35,13 +41,29 @@ impl Engine<'_> {
         catch_up: &mut CatchUp,
         rx: &mut mpsc::Receiver<Item>,
         starts: &mut [StartAt],
+        drift: &mut Option<Drift>,
         shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
     ) -> Result<Option<Restart>, WatchError> {
         let cfg = self.cfg;
+        // The state may have been reloaded since the last session.
+        if let Some(drift) = drift.as_mut() {
+            drift.forget_catalog();
+        }
+        let mut tick = tokio::time::interval(super::drift::TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // Shutdown first, then events; the drift check only when
+            // neither is ready.
             let first = tokio::select! {
+                biased;
                 _ = shutdown.as_mut() => return Ok(None),
                 item = rx.recv() => item,
+                _ = tick.tick(), if drift.is_some() => {
+                    if let Some(drift) = drift.as_mut() {
+                        self.check_drift(state, drift).await?;
+                    }
+                    continue;
+                }
             };
             let Some(first) = first else { return Ok(Some(Restart::Reopen)) };
             // The window runs from the first event's arrival: one that
@@ -93,6 +115,11 @@ impl Engine<'_> {
                 })
                 .collect::<Result<_, _>>()?;
             let videos = self.apply(state, std::mem::take(&mut batch.events), &tokens).await?;
+            if let Some(drift) = drift.as_mut()
+                && batch.per_collection[..3].iter().any(|n| *n > 0)
+            {
+                drift.forget_catalog();
+            }
             if let Some(hook) = &self.opts.on_applied
                 && !videos.is_empty()
             {
@@ -227,6 +254,122 @@ impl Engine<'_> {
                 Err(err.into())
             }
         }
+    }
+
+    /// One round of the drift check (see [`super::drift`]): draws keys,
+    /// compares them with Redis, and rewrites those that differ through
+    /// the fenced writer. Runs only between batches, and not while the
+    /// state is ahead of the cache (catching up) or a failed batch's
+    /// scopes are pending.
+    async fn check_drift(&self, state: &mut State, drift: &mut Drift) -> Result<(), WatchError> {
+        if state.catching_up || !state.dirty.is_empty() || !self.metrics.is_streaming() {
+            return Ok(());
+        }
+        let n = drift.due();
+        let (mut expected, mut probes) = off_runtime(|| drift.draw(state, self.ctx, n));
+        // Each key once a round (a small catalogue's walk comes round
+        // again within one), and a detail not while it is a suspect.
+        let mut once: std::collections::HashSet<String> =
+            drift.suspects.iter().map(|s| s.probe.key.text.clone()).collect();
+        expected.retain(|e| once.insert(e.key.text.clone()));
+        probes.retain(|p| once.insert(p.key.text.clone()));
+        let again = drift.due_suspects(Instant::now());
+        // Details are read again from MongoDB: a first look for the new
+        // probes, a second for the suspects.
+        let wanted: Vec<Bson> = probes.iter().chain(again.iter().map(|s| &s.probe)).map(|p| p.raw_id.clone()).collect();
+        let docs = match self.read_documents(wanted).await {
+            Ok(docs) => docs,
+            Err(err) => {
+                tracing::warn!(error = %err, "the drift check could not read video documents; details wait for the next round");
+                HashMap::new()
+            }
+        };
+        let rendered = |probe: &DetailProbe| {
+            docs.get(&id_key(&probe.raw_id)).and_then(|doc| super::drift::detail_of(state, probe, doc))
+        };
+        let first_looks = expected.len();
+        let mut looks: Vec<(DetailProbe, u128)> = Vec::new();
+        for probe in probes {
+            if let Some(detail) = rendered(&probe) {
+                looks.push((probe.clone(), super::drift::detail_digest(&detail)));
+                expected.push(Expected { key: probe.key, want: Some(Value::String(detail)) });
+            }
+        }
+        let seconds = expected.len();
+        for suspect in again {
+            // The same rendering as at the first look, or it is not judged.
+            if let Some(detail) = rendered(&suspect.probe)
+                && super::drift::detail_digest(&detail) == suspect.want
+            {
+                expected.push(Expected { key: suspect.probe.key, want: Some(Value::String(detail)) });
+            }
+        }
+        if expected.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = expected.iter().map(|e| e.key.text.clone()).collect();
+        let seen = self.sink.inspect(&names).await?;
+        let mut repairs = Vec::new();
+        for (i, (want, seen)) in expected.into_iter().zip(seen).enumerate() {
+            let family = want.key.family;
+            if i < seconds {
+                self.metrics.drift_checked(family);
+            }
+            let Some(found) = crate::sink::difference(want.want.as_ref(), &seen) else { continue };
+            if (first_looks..seconds).contains(&i) {
+                // A detail that differs from its document now: judged on
+                // the second look (its change may not have reached the
+                // watcher yet).
+                let (probe, digest) = looks[i - first_looks].clone();
+                drift.suspects.push(Suspect { probe, want: digest, since: Instant::now() });
+                continue;
+            }
+            self.metrics.drift_found(family);
+            tracing::warn!(key = %want.key.text, family = %family, found = %found.describe(&want.key.text), "drift: the key differs from what a rebuild would write; rewriting it");
+            repairs.push(want);
+        }
+        if repairs.is_empty() {
+            return Ok(());
+        }
+        let changes: Vec<Change> = repairs
+            .iter()
+            .map(|e| match &e.want {
+                Some(value) => Change::Put(crate::plan::Op { key: e.key.clone(), value: value.clone() }),
+                None => Change::Delete(e.key.clone()),
+            })
+            .collect();
+        self.sink.apply_changes(&changes).await?;
+        for e in &repairs {
+            super::drift::record_repair(state, self.ctx, e);
+        }
+        Ok(())
+    }
+
+    /// Reads video documents by `_id`, keyed by it.
+    async fn read_documents(
+        &self,
+        ids: Vec<Bson>,
+    ) -> Result<HashMap<model::IdKey, mongodb::bson::RawDocumentBuf>, SourceError> {
+        use futures::TryStreamExt;
+        let mut out = HashMap::new();
+        if ids.is_empty() {
+            return Ok(out);
+        }
+        let name = Coll::Video.name(&self.cfg.collections);
+        let read = |source| SourceError::Read { collection: name.to_string(), source };
+        let mut cursor = self
+            .source
+            .database()
+            .collection::<mongodb::bson::RawDocumentBuf>(name)
+            .find(mongodb::bson::doc! { "_id": { "$in": ids } })
+            .await
+            .map_err(read)?;
+        while let Some(doc) = cursor.try_next().await.map_err(read)? {
+            if let Some(key) = model::raw_id_key(&doc) {
+                out.insert(key, doc);
+            }
+        }
+        Ok(out)
     }
 
     /// Writes runs of changes that may land in any order, as many at once

@@ -6,6 +6,9 @@ use std::time::Duration;
 /// Counts and sample ids by (collection, reason).
 pub type Problems = std::collections::BTreeMap<(String, String), (u64, Vec<String>)>;
 
+/// How many key families there are (the drift counters' length).
+pub const FAMILIES: usize = crate::registry::FamilyId::ALL.len();
+
 /// Sample ids kept per problem.
 const MAX_SAMPLES: usize = 5;
 
@@ -36,6 +39,10 @@ pub struct WatchMetrics {
     /// Keys the batches changed in place (see `watch::delta`) instead of
     /// replacing them whole.
     pub patched_keys: AtomicU64,
+    /// Keys the drift check compared, by family (`FamilyId as usize`).
+    pub drift_checked: [AtomicU64; FAMILIES],
+    /// Keys the drift check found different and rewrote, by family.
+    pub drift_found: [AtomicU64; FAMILIES],
     /// When the heartbeat was last written (unix seconds).
     pub last_heartbeat: AtomicU64,
     /// True once the streams are open and events are being applied.
@@ -105,6 +112,16 @@ impl WatchMetrics {
             super::model::Coll::Video => "VideoMedia",
         };
         self.problem(name, format!("unusable change event: {reason}"), id.to_string());
+    }
+
+    /// Counts keys the drift check compared.
+    pub fn drift_checked(&self, family: crate::registry::FamilyId) {
+        self.drift_checked[family as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a key the drift check found different.
+    pub fn drift_found(&self, family: crate::registry::FamilyId) {
+        self.drift_found[family as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts the videos a batch's planning visited.

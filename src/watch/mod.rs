@@ -18,10 +18,12 @@
 //! and the tokens; `batch` sorts stream items into a batch; `engine`
 //! applies batches; `state`, `members` and `compact` are the state;
 //! `plan` is the pure batch planner (`delta` its patches) and `protocol`
-//! the order in which a batch's writes reach Redis.
+//! the order in which a batch's writes reach Redis; `drift` draws the
+//! keys the continuous drift check compares between batches.
 
 mod batch;
 pub mod delta;
+pub mod drift;
 mod engine;
 mod load;
 pub mod members;
@@ -73,6 +75,9 @@ pub struct WatchOptions {
     /// Where a stopped watcher leaves its state for the next start (serve
     /// pauses the watcher around its jobs and resumes it from its tokens).
     pub carry: Option<Arc<std::sync::Mutex<Option<Carry>>>>,
+    /// Keys a minute the drift check compares with what a rebuild would
+    /// write (0: off; see [`drift`]).
+    pub drift_per_minute: u64,
 }
 
 impl Carry {
@@ -100,6 +105,7 @@ impl Default for WatchOptions {
             on_applied: None,
             heartbeat: true,
             carry: None,
+            drift_per_minute: 0,
         }
     }
 }
@@ -200,6 +206,7 @@ pub async fn run_fenced(
             catch_up = carry.catch_up;
         }
         let mut backoff = Duration::from_millis(200);
+        let mut drift = drift::Drift::new(opts.drift_per_minute);
         loop {
             let (tx, mut rx) = mpsc::channel::<Item>(20_000);
             let mut opened = Vec::new();
@@ -288,7 +295,9 @@ pub async fn run_fenced(
                         ctx: &ctx,
                         metrics: &metrics,
                     };
-                    engine.stream_batches(state, run_id, &mut catch_up, &mut rx, &mut starts, &mut shutdown).await
+                    engine
+                        .stream_batches(state, run_id, &mut catch_up, &mut rx, &mut starts, &mut drift, &mut shutdown)
+                        .await
                 }
                 // A stream failed to open before anything was loaded; its
                 // error is in the channel.

@@ -50,7 +50,7 @@ pub struct BatchPlan {
 /// A 128-bit digest of a value: its type, then each element with its
 /// length (so no two values share a byte stream). Hashed directly, not
 /// through its `Debug` text, which cost most of a catalogue re-plan.
-fn digest(value: &Value) -> u128 {
+pub(super) fn digest(value: &Value) -> u128 {
     use std::hash::{BuildHasher, Hasher};
     let mut a = rustc_hash::FxBuildHasher.build_hasher();
     let mut b = std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default().build_hasher();
@@ -349,15 +349,71 @@ fn plan_scopes(
         let owner = state.syms.get(&owner.id);
         if whole.all || whole.tags.contains(&tag.id) || !patch_tag(state, ctx, &args, owner, deltas, visited, &mut out)
         {
-            let members = state.members();
-            let ids: Vec<String> = members
-                .ranked_of_tag(state.syms.get(&tag.id))
-                .inspect(|_| *visited += 1)
-                .filter(|(added, w)| members.in_category(owner, *added, *w))
-                .map(|(_, w)| w.text())
-                .collect();
-            ctx.emit(&mut out.ops, FamilyId::VideoTagList, &args, Value::List(ids));
+            whole_tag(state, ctx, &args, owner, visited, &mut out.ops);
         }
+    }
+    out
+}
+
+/// An active tag's list (`args`: its category and tag) whose category
+/// `owner` is active, whole.
+fn whole_tag(
+    state: &State,
+    ctx: &PlanCtx,
+    args: &[&str; 2],
+    owner: Option<Sym>,
+    visited: &mut usize,
+    out: &mut Vec<Op>,
+) {
+    let members = state.members();
+    let ids: Vec<String> = members
+        .ranked_of_tag(state.syms.get(args[1]))
+        .inspect(|_| *visited += 1)
+        .filter(|(added, w)| members.in_category(owner, *added, *w))
+        .map(|(_, w)| w.text())
+        .collect();
+    ctx.emit(out, FamilyId::VideoTagList, args, Value::List(ids));
+}
+
+/// What a rebuild writes for one scope, read off the state: the keys of
+/// a category (its count, index and list), of a tag (its list), of a
+/// channel (its home sections) or of a video (`video:categories`; the
+/// detail needs the document). Nothing for an entity that is absent or
+/// inactive. For the drift check, which compares them with Redis.
+pub(super) fn plan_scope(state: &State, ctx: &PlanCtx, scope: crate::registry::Scope, id: &str) -> Vec<Op> {
+    use crate::registry::Scope;
+    let catalog = &state.catalog;
+    let mut out = Vec::new();
+    let mut visited = 0;
+    match scope {
+        Scope::Category => {
+            if catalog.active_category(id).is_some() {
+                whole_category(state, ctx, id, &mut visited, &mut out);
+            }
+        }
+        Scope::Tag => {
+            if let Some(tag) = catalog.active_tag(id)
+                && let Some(owner) = catalog.active_category(&tag.category_id)
+                && ctx.families.contains(FamilyId::VideoTagList)
+            {
+                let args = [tag.category_id.as_str(), tag.id.as_str()];
+                whole_tag(state, ctx, &args, state.syms.get(&owner.id), &mut visited, &mut out);
+            }
+        }
+        Scope::Channel => out = plan_homes(state, ctx, &BTreeSet::from([id.to_string()])),
+        Scope::Video => {
+            let sel = Selection {
+                categories: Some(Default::default()),
+                tags: Some(Default::default()),
+                channels: Some(Default::default()),
+                videos: Some(std::iter::once(id.to_string()).collect()),
+            };
+            let walk = |f: &mut dyn FnMut(Member<'_>)| {
+                visit(state, catalog, &sel, f);
+            };
+            out = plan_selected(walk, catalog, ctx, &sel);
+        }
+        Scope::Global => {}
     }
     out
 }

@@ -489,6 +489,16 @@ impl State {
         (!self.details.contains_key(&h)).then(|| self.videos.raw_id(h))
     }
 
+    /// What the drift check needs to judge a video's detail payload: the
+    /// raw `_id` of the document that makes the video, to read it again,
+    /// and what the state holds of it. `None` when no active document
+    /// makes it (its detail should not exist).
+    pub fn detail_probe(&self, written: &str) -> Option<(Bson, IndexView)> {
+        let w = Wid::new(written);
+        let h = self.effective_handle(&w)?;
+        Some((self.videos.raw_id(h), self.view_of(&w)?))
+    }
+
     pub fn index_view(&self, written: &str) -> Option<IndexView> {
         self.view_of(&Wid::new(written))
     }

@@ -192,6 +192,22 @@ impl Videos {
         }
     }
 
+    /// How many slots the store has, held or free: the drift check walks
+    /// them by position.
+    pub fn slots(&self) -> usize {
+        self.recs.len()
+    }
+
+    /// The written id of the document in slot `at`, when the slot holds
+    /// one with a written id.
+    pub fn written_at(&self, at: usize) -> Option<WidRef<'_>> {
+        let rec = self.recs.get(at)?;
+        if rec.flags & LIVE == 0 {
+            return None;
+        }
+        self.written(at as Handle)
+    }
+
     /// A held document's written id (`None` when its `_id` gives none).
     pub fn written(&self, h: Handle) -> Option<WidRef<'_>> {
         self.slab().written(h)

@@ -6,6 +6,13 @@
 //! running, still writing under the writer's epoch. [`Owned`] aborts its
 //! task when dropped; awaiting it gives the task's result as a
 //! `JoinHandle` does.
+//!
+//! Shutdown has one idiom beside it: a `tokio_util` `CancellationToken`
+//! asks a task to stop (serve's side tasks, the supervised watcher, the
+//! lease's "lost" signal), a `TaskTracker` waits until serve's side tasks
+//! have, and every long-running entry point (`watch::run`, `serve::run`)
+//! takes its shutdown as a future, which a token's `cancelled()` is.
+//! `Owned` is the other half: what a task spawned stops with it.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -70,7 +70,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 type Spawned = (
-    tokio::sync::oneshot::Sender<()>,
+    tokio_util::sync::CancellationToken,
     tokio::task::JoinHandle<Result<(), crate::watch::WatchError>>,
     Arc<WatchMetrics>,
 );
@@ -78,15 +78,10 @@ type Spawned = (
 /// Starts a watcher in this process and waits until it streams.
 async fn spawn_streaming(cfg: &Config, opts: WatchOptions) -> super::DevResult<Spawned> {
     let metrics = Arc::new(WatchMetrics::default());
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let stop = tokio_util::sync::CancellationToken::new();
     let watcher = {
-        let (cfg, metrics) = (cfg.clone(), metrics.clone());
-        tokio::spawn(async move {
-            crate::watch::run(&cfg, &opts, metrics, async {
-                let _ = stop_rx.await;
-            })
-            .await
-        })
+        let (cfg, metrics, stop) = (cfg.clone(), metrics.clone(), stop.clone());
+        tokio::spawn(async move { crate::watch::run(&cfg, &opts, metrics, stop.cancelled()).await })
     };
     while !metrics.streaming.load(Ordering::Relaxed) {
         if watcher.is_finished() {
@@ -94,7 +89,7 @@ async fn spawn_streaming(cfg: &Config, opts: WatchOptions) -> super::DevResult<S
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok((stop_tx, watcher, metrics))
+    Ok((stop, watcher, metrics))
 }
 
 pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevResult<WatchBench> {
@@ -199,7 +194,7 @@ pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevR
     }
     let sustained_seconds = last_batch.duration_since(started).as_secs_f64().max(0.001);
     let settled_rss_mib = status_mib("VmRSS");
-    let _ = stop_tx.send(());
+    stop_tx.cancel();
     watcher.await??;
     let visited = metrics.visited_videos.load(Ordering::Relaxed);
     Ok(WatchBench {

@@ -40,6 +40,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use supervise::{Supervised, WatcherHealth};
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 pub struct ServeOptions {
     pub schedules: Vec<Schedule>,
@@ -321,22 +323,22 @@ pub async fn run(
         alive_at: started_at.into(),
         schedule_state: Mutex::new(schedule_state),
     });
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let http = tokio::spawn(http::serve(listener, handler(shared.clone()), opts.http, stopped(stop_rx.clone())));
-    let liveness = {
-        let (shared, mut rx) = (shared.clone(), stop_rx.clone());
-        tokio::spawn(async move {
-            while tokio::time::timeout(Duration::from_secs(1), rx.wait_for(|s| *s)).await.is_err() {
+    // The side tasks (HTTP, liveness, heartbeat) stop when `stop` is
+    // cancelled; `tasks` waits for them.
+    let stop = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    tasks.spawn(http::serve(listener, handler(shared.clone()), opts.http, stop.clone().cancelled_owned()));
+    {
+        let (shared, stop) = (shared.clone(), stop.clone());
+        tasks.spawn(async move {
+            while tokio::time::timeout(Duration::from_secs(1), stop.cancelled()).await.is_err() {
                 shared.alive_at.store(crate::status::unix_now(), Ordering::Relaxed);
             }
-        })
-    };
-    let heartbeat = {
-        let (shared, rx) = (shared.clone(), stop_rx.clone());
-        tokio::spawn(async move {
+        });
+    }
+    {
+        let (shared, stop) = (shared.clone(), stop.clone());
+        tasks.spawn(async move {
             let keys = StatusKeys::new(shared.cfg.status_prefix.clone());
             // Every 10 s, and at once when this instance becomes leader.
             let mut written: Option<(u64, std::time::Instant)> = None;
@@ -346,18 +348,25 @@ pub async fn run(
                 let epoch = lock(&shared.role).epoch;
                 let due = written.is_none_or(|(e, at)| e != epoch || at.elapsed() >= Duration::from_secs(10));
                 if let Some(sink) = sink.filter(|_| due) {
-                    if let Err(err) = sink.heartbeat(&keys, &shared.heartbeat()).await {
-                        tracing::warn!(error = %err, "could not write the heartbeat");
+                    let beat = shared.heartbeat();
+                    tokio::select! {
+                        biased;
+                        _ = stop.cancelled() => return,
+                        result = sink.heartbeat(&keys, &beat) => {
+                            if let Err(err) = result {
+                                tracing::warn!(error = %err, "could not write the heartbeat");
+                            }
+                        }
                     }
                     written = Some((epoch, std::time::Instant::now()));
                 }
-                let mut rx = rx.clone();
-                if tokio::time::timeout(Duration::from_millis(500), rx.wait_for(|s| *s)).await.is_ok() {
+                if tokio::time::timeout(Duration::from_millis(500), stop.cancelled()).await.is_ok() {
                     return;
                 }
             }
-        })
-    };
+        });
+    }
+    tasks.close();
     tracing::info!(schedules = opts.schedules.len(), watch = opts.watch, "serve started");
 
     tokio::pin!(shutdown);
@@ -399,10 +408,10 @@ pub async fn run(
         }
     }
     tracing::info!("serve stopping");
-    let _ = stop_tx.send(true);
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, http).await;
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, heartbeat).await;
-    let _ = liveness.await;
+    stop.cancel();
+    if tokio::time::timeout(SHUTDOWN_GRACE, tasks.wait()).await.is_err() {
+        tracing::warn!("the HTTP server or the heartbeat did not stop in time");
+    }
     tracing::info!("serve stopped");
     Ok(())
 }

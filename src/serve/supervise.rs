@@ -10,6 +10,7 @@ use crate::watch::{Carry, WatchMetrics, WatchOptions};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// What `serve` knows of its watcher.
 #[derive(Debug, Clone, Default)]
@@ -42,7 +43,7 @@ impl WatcherHealth {
 
 /// A running supervisor.
 pub struct Supervised {
-    stop: tokio::sync::watch::Sender<bool>,
+    stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
     health: Arc<Mutex<WatcherHealth>>,
 }
@@ -64,7 +65,7 @@ pub fn start(
     health: Arc<Mutex<WatcherHealth>>,
     carry: Arc<Mutex<Option<Carry>>>,
 ) -> Supervised {
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop = CancellationToken::new();
     let cfg = cfg.clone();
     let opts = WatchOptions {
         window,
@@ -74,7 +75,7 @@ pub fn start(
         ..WatchOptions::default()
     };
     let task = {
-        let health = health.clone();
+        let (health, stopped) = (health.clone(), stop.clone());
         tokio::spawn(async move {
             let mut backoff = FIRST_BACKOFF;
             loop {
@@ -83,11 +84,8 @@ pub fn start(
                     h.failed = false;
                     h.paused = false;
                 });
-                let mut rx = stopped.clone();
-                let result = crate::watch::run_fenced(&cfg, &opts, metrics.clone(), fence.clone(), async move {
-                    let _ = rx.wait_for(|s| *s).await;
-                })
-                .await;
+                let result =
+                    crate::watch::run_fenced(&cfg, &opts, metrics.clone(), fence.clone(), stopped.cancelled()).await;
                 metrics.streaming.store(false, Ordering::Relaxed);
                 let err = match result {
                     Ok(()) => {
@@ -107,9 +105,9 @@ pub fn start(
                     return;
                 }
                 tracing::error!(error = %err, delay_ms = backoff.as_millis() as u64, "watcher failed; restarting");
-                let mut rx = stopped.clone();
                 tokio::select! {
-                    _ = rx.wait_for(|s| *s) => return,
+                    biased;
+                    _ = stopped.cancelled() => return,
                     _ = tokio::time::sleep(backoff) => {}
                 }
                 backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -128,7 +126,7 @@ impl Supervised {
     /// write it had sent may still be on its way (a stop drops the batch
     /// in flight), which the caller fences off.
     pub async fn stop(self, grace: Duration) -> bool {
-        let _ = self.stop.send(true);
+        self.stop.cancel();
         let mut task = self.task;
         let clean = match tokio::time::timeout(grace, &mut task).await {
             Ok(Ok(())) => true,

@@ -66,7 +66,8 @@ struct LeaseState {
     /// When (ms after `origin`) the last successful renewal was sent.
     renewed_at_ms: AtomicU64,
     ttl: Duration,
-    lost: tokio::sync::watch::Sender<bool>,
+    /// Cancelled once the lease is lost.
+    lost: tokio_util::sync::CancellationToken,
 }
 
 impl LeaseState {
@@ -82,7 +83,7 @@ impl LeaseState {
 
     fn mark_lost(&self) {
         self.held.store(false, Ordering::SeqCst);
-        self.lost.send_replace(true);
+        self.lost.cancel();
     }
 }
 
@@ -172,8 +173,7 @@ impl Fence {
     /// Resolves once the lease is lost (taken over, or not renewed for a
     /// whole TTL).
     pub async fn lost(&self) {
-        let mut rx = self.state.lost.subscribe();
-        let _ = rx.wait_for(|lost| *lost).await;
+        self.state.lost.cancelled().await;
     }
 }
 
@@ -241,7 +241,7 @@ impl Lease {
             let holder: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut c).await?;
             return Err(LeaseError::Held { key, holder: holder.unwrap_or_else(|| "(just released)".into()) });
         }
-        let (lost, _) = tokio::sync::watch::channel(false);
+        let lost = tokio_util::sync::CancellationToken::new();
         let state = Arc::new(LeaseState {
             held: AtomicBool::new(true),
             origin: Instant::now(),

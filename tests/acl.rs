@@ -105,6 +105,7 @@ async fn rebuild_verify_watch_and_serve_run_as_the_least_privileged_user() {
         window: Duration::from_millis(50),
         http: Default::default(),
         grace: cachewright::serve::SHUTDOWN_GRACE,
+        clock: cachewright::serve::clock::system(),
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {

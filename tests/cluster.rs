@@ -252,6 +252,7 @@ async fn every_command_works_on_a_cluster() {
             window: Duration::from_millis(50),
             http: Default::default(),
             grace: cachewright::serve::SHUTDOWN_GRACE,
+            clock: cachewright::serve::clock::system(),
         };
         tokio::spawn(async move {
             cachewright::serve::run(&cfg, opts, listener, async {
@@ -552,6 +553,7 @@ async fn with_redis_url_down_every_command_starts_from_the_other_seeds() {
         window: Duration::from_millis(50),
         http: Default::default(),
         grace: cachewright::serve::SHUTDOWN_GRACE,
+        clock: cachewright::serve::clock::system(),
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = {

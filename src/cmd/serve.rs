@@ -46,6 +46,7 @@ pub async fn run(global: &GlobalArgs, args: &ServeArgs) -> anyhow::Result<ExitCo
             request_timeout: std::time::Duration::from_secs(args.http_timeout.max(1) * 3),
         },
         grace: serve::SHUTDOWN_GRACE,
+        clock: serve::clock::system(),
     };
     cachewright::usage::raise_open_file_limit();
     serve::run(&cfg, opts, listener, shutdown_signal()).await.context("serve stopped with an error")?;

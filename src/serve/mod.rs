@@ -17,6 +17,7 @@
 //! last error shows in `/health` (503 while it is not streaming) and
 //! `/status`, and `serve` keeps running.
 
+pub mod clock;
 pub mod http;
 pub mod metrics;
 pub mod schedule;
@@ -51,6 +52,8 @@ pub struct ServeOptions {
     /// How long a job waits for the watcher to stop (saving its tokens)
     /// before it aborts it; also how long a stop waits for a job.
     pub grace: Duration,
+    /// Where the schedules read the time ([`clock::system`] but in tests).
+    pub clock: std::sync::Arc<dyn clock::Clock>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -456,18 +459,19 @@ async fn lead(
         })
     };
     let mut watcher: Option<Supervised> = start_watcher();
-    let mut next_due: Vec<_> = opts.schedules.iter().map(|s| s.next_fire(Utc::now())).collect();
+    let clock = &opts.clock;
+    let mut next_due: Vec<_> = opts.schedules.iter().map(|s| s.next_fire(clock.now())).collect();
     let exit = 'lead: loop {
         let due = next_due.iter().flatten().min().copied();
-        let wait = due.map(|d| (d - Utc::now()).to_std().unwrap_or(Duration::ZERO));
+        let wake = due.unwrap_or_else(|| clock.now() + chrono::Duration::hours(1));
         tokio::select! {
             // Shutdown first, then a lost lease: never a job after either.
             biased;
             _ = shutdown.as_mut() => break LeaderExit::Shutdown,
             _ = fence.lost() => break LeaderExit::Lost,
-            _ = tokio::time::sleep(wait.unwrap_or(Duration::from_secs(3600))) => {}
+            _ = clock.sleep_until(wake) => {}
         }
-        let Some(due) = due.filter(|d| *d <= Utc::now()) else { continue };
+        let Some(due) = due.filter(|d| *d <= clock.now()) else { continue };
         let firing: Vec<usize> = (0..opts.schedules.len()).filter(|&i| next_due[i] == Some(due)).collect();
         let mut interrupted = None;
         for i in firing {
@@ -497,7 +501,7 @@ async fn lead(
             watcher = start_watcher();
         }
         // Fires that passed while the job ran are skipped, never queued.
-        let now = Utc::now();
+        let now = clock.now();
         for (i, s) in opts.schedules.iter().enumerate() {
             let mut next = s.next_fire(due);
             while let Some(t) = next.filter(|t| *t < now) {

@@ -47,7 +47,7 @@ for i in "${!VARIANTS[@]}"; do
       cli INFO memory | grep -E "^used_memory:" | cut -d: -f2 | tr -d '\r' >"$OUT/$i-used.txt"
       target/release/cachewright memory --format json >"$OUT/$i-memory.json" 2>"$OUT/$i-memory.log"
       # The encoding of the largest category's index.
-      biggest=$(cli --scan --pattern 'app:video:category:index:*' --count 1000 2>/dev/null \
+      biggest=$(cli --scan --pattern 'app:video:category:index:*' 2>/dev/null \
         | while read -r k; do echo "$(cli ZCARD "$k") $k"; done | sort -n | tail -1 || true)
       echo "${biggest%% *} members: $(cli OBJECT ENCODING "${biggest#* }")" >"$OUT/$i-encoding.txt"
     fi

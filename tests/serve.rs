@@ -209,9 +209,11 @@ async fn half_open_connections_do_not_delay_readiness() {
 async fn two_instances_run_exactly_one_rebuild_per_fire() {
     use cachewright::serve::clock::ManualClock;
     let s = common::shared();
+    // A Redis of its own: the test counts the commands it receives.
+    let redis = common::servers::Redis::start();
     let name = common::unique("servetwo");
     let status = format!("cw-{name}:");
-    let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &status, false);
+    let cfg = config(&s.mongo.uri(), &redis.url(), &name, &status, false);
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     let text = "[[schedule]]\nname = \"often\"\ncron = \"*/2 * * * * *\"\njob = \"rebuild\"\n";
     let start = chrono::DateTime::parse_from_rfc3339("2026-06-01T00:00:00Z").unwrap().to_utc();
@@ -225,7 +227,7 @@ async fn two_instances_run_exactly_one_rebuild_per_fire() {
         stops.push(stop);
     }
     let keys = cachewright::keys::status::StatusKeys::new(status.clone());
-    let mut conn = common::redis_conn(&s.redis.url()).await;
+    let mut conn = common::redis_conn(&redis.url()).await;
     let completed = || {
         let mut conn = conn.clone();
         let key = keys.jobs("completed");
@@ -238,6 +240,13 @@ async fn two_instances_run_exactly_one_rebuild_per_fire() {
         async move { redis::cmd("EXISTS").arg(lock).query_async::<bool>(&mut conn).await.unwrap() }
     })
     .await;
+    // The permission check (a `MULTI` of probes, then `DISCARD`) runs once
+    // as each instance starts; the leader's jobs reuse its connections.
+    common::wait_for("both instances to check their permissions", Duration::from_secs(30), || async {
+        common::command_calls(&redis.url(), "discard").await >= 2
+    })
+    .await;
+    let checks = common::command_calls(&redis.url(), "discard").await;
     for fire in 1..=3 {
         clock.set(start + chrono::Duration::seconds(2 * fire));
         common::wait_for(&format!("the job of fire {fire}"), Duration::from_secs(60), || async {
@@ -245,6 +254,11 @@ async fn two_instances_run_exactly_one_rebuild_per_fire() {
         })
         .await;
     }
+    assert_eq!(
+        common::command_calls(&redis.url(), "discard").await,
+        checks,
+        "a job connects again and checks permissions again"
+    );
     for stop in stops {
         let _ = stop.send(());
     }

@@ -43,6 +43,23 @@ pub struct RebuildOptions {
     pub keep_names: FamilySet,
     /// How many stale key names one sweep pass keeps (see `sink::sweep`).
     pub sweep_cap: usize,
+    /// Connections the caller already holds (serve's leader): the run
+    /// uses them instead of connecting, checking permissions and raising
+    /// a cluster's epoch copies again.
+    pub edges: Option<Edges>,
+}
+
+/// A connected source and a sink fenced by the run's [`RebuildOptions::fence`].
+#[derive(Clone)]
+pub struct Edges {
+    pub sink: Sink,
+    pub source: Source,
+}
+
+impl std::fmt::Debug for Edges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Edges { .. }")
+    }
 }
 
 /// The default [`RebuildOptions::sweep_cap`]: about 10 MB of names.
@@ -60,6 +77,7 @@ impl RebuildOptions {
             allow_mass_delete: false,
             keep_names: FamilySet::of([]),
             sweep_cap: SWEEP_CAP,
+            edges: None,
         }
     }
 
@@ -227,11 +245,14 @@ pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -
     // A dry run reads Redis (the sweep's scan) but writes nothing, so a
     // read-only user may run it.
     let access = if opts.dry_run { crate::sink::Access::Read } else { crate::sink::Access::Write };
+    let status = StatusKeys::new(cfg.status_prefix.clone());
+    if let (Some(edges), Some(_), false) = (&opts.edges, &opts.fence, opts.dry_run) {
+        return run_reported(cfg, opts, progress, edges.sink.clone(), status, None).await;
+    }
     let sink = Sink::connect_for(cfg, access).await?;
     if opts.dry_run {
         return run_pipeline(cfg, opts, progress, &sink).await;
     }
-    let status = StatusKeys::new(cfg.status_prefix.clone());
     let (fence, own_lease) = match &opts.fence {
         Some(fence) => (fence.clone(), None),
         None => {
@@ -240,8 +261,21 @@ pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -
             (lease.fence(), Some(lease))
         }
     };
-    let redis_run_id = sink.run_id().await?;
     let sink = sink.fenced(fence).await?;
+    run_reported(cfg, opts, progress, sink, status, own_lease).await
+}
+
+/// Runs the pipeline with a fenced sink, reporting the run in the status
+/// keys, and releases the run's own lease (if it took one) at the end.
+async fn run_reported(
+    cfg: &Config,
+    opts: &RebuildOptions,
+    progress: &Progress,
+    sink: Sink,
+    status: StatusKeys,
+    own_lease: Option<Lease>,
+) -> Result<RunSummary, RunError> {
+    let redis_run_id = sink.run_id().await?;
     let mut reporter = JobReporter::start(sink.clone(), status, opts.trigger).await;
     tracing::info!(run_id = %reporter.run_id, trigger = %opts.trigger, "run registered");
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -320,7 +354,10 @@ async fn run_pipeline(
     // A dry run only reports; the guard stops real runs.
     let policy = GuardPolicy { max_share: cfg.sweep_max_share, force: opts.allow_mass_delete || opts.dry_run };
     let started = Instant::now();
-    let source = Source::connect(cfg).await?;
+    let source = match &opts.edges {
+        Some(edges) => edges.source.clone(),
+        None => Source::connect(cfg).await?,
+    };
     let memory_before = sink.used_memory().await.ok();
     let redis_run_id = sink.run_id().await?;
     let ctx = Arc::new(plan_ctx(cfg, opts.families));

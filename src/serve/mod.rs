@@ -438,6 +438,11 @@ async fn lead(
         }
     };
     *lock(&shared.leader_sink) = Some(leader_sink.clone());
+    // The watcher and every job of this leadership write through this
+    // sink and read through serve's source: no reconnecting, no second
+    // permission check, and on a cluster no epoch copies raised again
+    // but for the hand-over's own raise.
+    let edges = crate::rebuild::Edges { sink: leader_sink.clone(), source: shared.source.clone() };
     // Report at once; the heartbeat task keeps it fresh.
     let keys = StatusKeys::new(cfg.status_prefix.clone());
     if let Err(err) = leader_sink.heartbeat(&keys, &shared.heartbeat()).await {
@@ -455,6 +460,7 @@ async fn lead(
                 fence.clone(),
                 shared.watcher.clone(),
                 shared.carry.clone(),
+                edges.clone(),
             )
         })
     };
@@ -489,7 +495,7 @@ async fn lead(
                 lock(&shared.role).epoch = fence.epoch();
                 shared.metrics.leadership(true, fence.epoch());
             }
-            interrupted = run_job(cfg, shared, schedule, fence, opts.grace, shutdown).await;
+            interrupted = run_job(cfg, shared, schedule, (fence, &edges), opts.grace, shutdown).await;
             if interrupted.is_some() {
                 break;
             }
@@ -526,7 +532,7 @@ async fn run_job(
     cfg: &Config,
     shared: &Shared,
     schedule: &Schedule,
-    fence: &Fence,
+    (fence, edges): (&Fence, &crate::rebuild::Edges),
     grace: Duration,
     shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
 ) -> Option<LeaderExit> {
@@ -535,6 +541,7 @@ async fn run_job(
     let run_opts = RebuildOptions {
         cancel: Some(cancel.clone()),
         fence: Some(fence.clone()),
+        edges: Some(edges.clone()),
         // The paused watcher learns from them what the job left.
         keep_names: crate::watch::state::tracked_families(),
         ..RebuildOptions::only(schedule.families())

@@ -64,6 +64,7 @@ pub fn start(
     fence: Fence,
     health: Arc<Mutex<WatcherHealth>>,
     carry: Arc<Mutex<Option<Carry>>>,
+    edges: crate::rebuild::Edges,
 ) -> Supervised {
     let stop = CancellationToken::new();
     let cfg = cfg.clone();
@@ -72,6 +73,7 @@ pub fn start(
         heartbeat: false,
         carry: Some(carry),
         drift_per_minute: cfg.drift_sample_per_minute,
+        edges: Some(edges),
         ..WatchOptions::default()
     };
     let task = {

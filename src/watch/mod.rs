@@ -78,6 +78,9 @@ pub struct WatchOptions {
     /// Keys a minute the drift check compares with what a rebuild would
     /// write (0: off; see [`drift`]).
     pub drift_per_minute: u64,
+    /// Connections the caller holds (serve's leader), the sink fenced by
+    /// the fence [`run_fenced`] is given: used instead of connecting.
+    pub edges: Option<crate::rebuild::Edges>,
 }
 
 impl Carry {
@@ -106,6 +109,7 @@ impl Default for WatchOptions {
             heartbeat: true,
             carry: None,
             drift_per_minute: 0,
+            edges: None,
         }
     }
 }
@@ -175,8 +179,10 @@ pub async fn run_fenced(
     tokio::pin!(shutdown);
     // The callers (`run`, serve's supervisor) checked the user's
     // permissions before taking the lease; a restart need not again.
-    let sink = Sink::connect(cfg).await?.fenced(fence.clone()).await?;
-    let source = Source::connect(cfg).await?;
+    let (sink, source) = match &opts.edges {
+        Some(edges) => (edges.sink.clone(), edges.source.clone()),
+        None => (Sink::connect(cfg).await?.fenced(fence.clone()).await?, Source::connect(cfg).await?),
+    };
     let status = StatusKeys::new(cfg.status_prefix.clone());
     let ctx = plan_ctx(cfg, FamilySet::all());
     let mut rebuild_reason: Option<String> = None;
@@ -247,8 +253,12 @@ pub async fn run_fenced(
                 if fresh {
                     let reason = rebuild_reason.take().unwrap_or_else(|| "no saved resume tokens".into());
                     tracing::info!(reason = %reason, "streams open; running a full rebuild before applying changes");
-                    let opts = RebuildOptions { fence: Some(fence.clone()), ..RebuildOptions::full() }
-                        .trigger(Trigger::ChangeStream);
+                    let opts = RebuildOptions {
+                        fence: Some(fence.clone()),
+                        edges: opts.edges.clone(),
+                        ..RebuildOptions::full()
+                    }
+                    .trigger(Trigger::ChangeStream);
                     let progress = Progress::hidden();
                     metrics.rebuild();
                     tokio::select! {

@@ -173,7 +173,7 @@ async fn a_lost_epoch_copy_is_restored_by_the_current_writer_only() {
     // Every slot's copy now holds B's epoch.
     for slot in [0u16, 4321, 16383] {
         let copy: String = redis::cmd("GET")
-            .arg(cachewright::sink::cluster::epoch_copy_key(&cfg.status_prefix, slot))
+            .arg(cachewright::keys::status::epoch_copy_key(&cfg.status_prefix, slot))
             .query_async(&mut conn)
             .await
             .unwrap();
@@ -184,7 +184,7 @@ async fn a_lost_epoch_copy_is_restored_by_the_current_writer_only() {
     // would. The old writer cannot restore it: refused.
     let lost = op("lost");
     let slot = cachewright::sink::cluster::slot(lost.key.text.as_bytes());
-    let copy_key = cachewright::sink::cluster::epoch_copy_key(&cfg.status_prefix, slot);
+    let copy_key = cachewright::keys::status::epoch_copy_key(&cfg.status_prefix, slot);
     let _: () = redis::cmd("DEL").arg(&copy_key).query_async(&mut conn).await.unwrap();
     let err = a.write(std::slice::from_ref(&lost)).await.unwrap_err();
     assert!(matches!(err, SinkError::Fenced { .. }), "{err}");

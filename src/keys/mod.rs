@@ -2,6 +2,7 @@
 //! here from its family's registered pattern; no other module formats keys.
 
 pub mod segment;
+pub mod slot;
 pub mod status;
 
 use crate::registry::{FamilyId, Registry, SegmentKind};

@@ -69,8 +69,48 @@ impl StatusKeys {
     }
 }
 
+/// `<status_prefix><name>{<tag>}`, a key of slot `slot` (built without
+/// `format!`: one probe per slot of every write).
+fn slot_key(status_prefix: &str, name: &str, slot: u16) -> String {
+    let tag = &super::slot::tags()[usize::from(slot)];
+    let mut key = String::with_capacity(status_prefix.len() + name.len() + tag.len() + 2);
+    key.push_str(status_prefix);
+    key.push_str(name);
+    key.push('{');
+    key.push_str(tag);
+    key.push('}');
+    key
+}
+
+/// The name of slot `slot`'s epoch copy under `status_prefix`.
+pub fn epoch_copy_key(status_prefix: &str, slot: u16) -> String {
+    slot_key(status_prefix, "lock:epoch:slot:", slot)
+}
+
+/// The name of slot `slot`'s probe under `status_prefix`: a key that is
+/// never written. Naming it in a script makes the script run only while
+/// the slot is stable on that master: a master that is migrating the
+/// slot out answers a missing key with `ASK` (or `TRYAGAIN`), one that
+/// does not own it with `MOVED`. Without it, a script whose keys all
+/// still exist on a migrating master could `DEL` a key and then be
+/// refused its re-add, leaving the key missing.
+pub fn probe_key(status_prefix: &str, slot: u16) -> String {
+    slot_key(status_prefix, "lock:probe:", slot)
+}
+
+/// The name of a stage key under `status_prefix` for a key of slot
+/// `slot`: tagged into that slot, so the key and its stage share a slot
+/// (a cluster renames only within one), and named by `nonce`, so no two
+/// staged writes ever share one.
+pub fn stage_key(status_prefix: &str, slot: u16, nonce: u64) -> String {
+    slot_key(status_prefix, &format!("stage:{nonce:016x}:"), slot)
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::keys::slot::{slot, tags};
+
     #[test]
     fn keys_follow_the_contract() {
         let k = super::StatusKeys::new("cachewright:");
@@ -85,5 +125,25 @@ mod tests {
         let slot = |key: String| crate::sink::cluster::slot(key.as_bytes());
         assert_eq!(slot(k.epoch()), slot(k.rebuild_lock()));
         assert_eq!(k.cdc_resume("VideoMedia"), "cachewright:cdc:resume:VideoMedia");
+    }
+
+    #[test]
+    fn every_slot_has_an_epoch_copy() {
+        for s in [0u16, 1, 5061, 12182, 16383] {
+            let key = epoch_copy_key("cachewright:", s);
+            assert_eq!(slot(key.as_bytes()), s, "{key}");
+            let probe = probe_key("cachewright:", s);
+            assert_eq!(slot(probe.as_bytes()), s, "{probe}");
+        }
+        assert_eq!(epoch_copy_key("cw:", 0), format!("cw:lock:epoch:slot:{{{}}}", tags()[0]));
+        // A stage shares its key's slot, even a key with a hash tag of its
+        // own (hostile ids may hold braces).
+        for key in ["app:video:category:list:c1", "app:video:tag:list:{x}:t", "app:video:list:home:c:{}"] {
+            let s = slot(key.as_bytes());
+            let stage = stage_key("cachewright:", s, 0xbeef);
+            assert_eq!(slot(stage.as_bytes()), s, "{stage}");
+            assert!(stage.starts_with("cachewright:stage:000000000000beef:{"), "{stage}");
+        }
+        assert!(tags().iter().all(|t| !t.is_empty() && t.len() <= 6));
     }
 }

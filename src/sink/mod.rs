@@ -1,23 +1,21 @@
 //! The Redis edge: pipelined, atomic writes with tier TTLs and jitter,
 //! retries with backoff, and the sweep of keys a rebuild did not produce.
 
-pub mod acl;
-pub mod cluster;
-mod cluster_io;
-mod compare;
-mod conn;
-mod inspect;
-pub mod jobs;
-pub mod lease;
-mod pipeline;
-pub mod reporter;
-mod retry;
-mod router;
-mod sentinel;
-mod stage;
-mod state;
-mod sweep;
-mod writer;
+// Rooms by role; the modules other parts of the crate name keep their
+// paths (`sink::cluster`, `sink::lease`, ...).
+mod check;
+mod control;
+mod fence;
+mod topology;
+mod write;
+
+use check::{compare, inspect};
+use control::state;
+pub use control::{jobs, reporter};
+pub use fence::lease;
+pub use topology::{acl, cluster};
+use topology::{cluster_io, conn, retry, router, sentinel};
+use write::{pipeline, sweep, writer};
 
 pub use acl::Access;
 pub use compare::{Difference, difference};

@@ -18,99 +18,9 @@
 //! step as the writes. See ARCHITECTURE.md, "Fencing on a cluster".
 
 use indexmap::IndexMap;
-use std::sync::OnceLock;
 
-pub const SLOTS: usize = 16384;
-
-/// CRC16/XMODEM, the checksum Redis Cluster hashes keys with, a byte at
-/// a time from a table (every key of every write is hashed).
-fn crc16(data: &[u8]) -> u16 {
-    static TABLE: OnceLock<[u16; 256]> = OnceLock::new();
-    let table = TABLE.get_or_init(|| {
-        let mut table = [0u16; 256];
-        for (byte, entry) in table.iter_mut().enumerate() {
-            let mut crc = (byte as u16) << 8;
-            for _ in 0..8 {
-                crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
-            }
-            *entry = crc;
-        }
-        table
-    });
-    data.iter().fold(0u16, |crc, &byte| (crc << 8) ^ table[usize::from((crc >> 8) as u8 ^ byte)])
-}
-
-/// The slot of a key: of its hash tag (the text between the first `{` and
-/// the next `}`, when not empty), else of the whole key.
-pub fn slot(key: &[u8]) -> u16 {
-    let hashed = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            rest.iter().position(|&b| b == b'}').filter(|&len| len > 0).map(|len| &rest[..len])
-        })
-        .unwrap_or(key);
-    crc16(hashed) % SLOTS as u16
-}
-
-/// For every slot, a short tag that hashes to it: the smallest decimal
-/// number that does. Computed once (about 170,000 checksums).
-fn tags() -> &'static [String] {
-    static TAGS: OnceLock<Vec<String>> = OnceLock::new();
-    TAGS.get_or_init(|| {
-        let mut tags = vec![String::new(); SLOTS];
-        let mut missing = SLOTS;
-        let mut n: u64 = 0;
-        while missing > 0 {
-            let text = n.to_string();
-            let s = usize::from(slot(text.as_bytes()));
-            if tags[s].is_empty() {
-                tags[s] = text;
-                missing -= 1;
-            }
-            n += 1;
-        }
-        tags
-    })
-}
-
-/// `<status_prefix><name>{<tag>}`, a key of slot `slot` (built without
-/// `format!`: one probe per slot of every write).
-fn slot_key(status_prefix: &str, name: &str, slot: u16) -> String {
-    let tag = &tags()[usize::from(slot)];
-    let mut key = String::with_capacity(status_prefix.len() + name.len() + tag.len() + 2);
-    key.push_str(status_prefix);
-    key.push_str(name);
-    key.push('{');
-    key.push_str(tag);
-    key.push('}');
-    key
-}
-
-/// The name of slot `slot`'s epoch copy under `status_prefix`.
-pub fn epoch_copy_key(status_prefix: &str, slot: u16) -> String {
-    slot_key(status_prefix, "lock:epoch:slot:", slot)
-}
-
-/// The name of slot `slot`'s probe under `status_prefix`: a key that is
-/// never written. Naming it in a script makes the script run only while
-/// the slot is stable on that master: a master that is migrating the
-/// slot out answers a missing key with `ASK` (or `TRYAGAIN`), one that
-/// does not own it with `MOVED`. Without it, a script whose keys all
-/// still exist on a migrating master could `DEL` a key and then be
-/// refused its re-add, leaving the key missing.
-pub fn probe_key(status_prefix: &str, slot: u16) -> String {
-    slot_key(status_prefix, "lock:probe:", slot)
-}
-
-/// The name of a stage key under `status_prefix` for a key of slot
-/// `slot`: tagged into that slot, so the key and its stage share a slot
-/// (a cluster renames only within one), and named by `nonce`, so no two
-/// staged writes ever share one.
-pub fn stage_key(status_prefix: &str, slot: u16, nonce: u64) -> String {
-    slot_key(status_prefix, &format!("stage:{nonce:016x}:"), slot)
-}
+pub use crate::keys::slot::{SLOTS, slot};
+use crate::keys::status::{epoch_copy_key, probe_key};
 
 /// The end both write scripts share: the commands from `ARGV[first]` on,
 /// each as its argument count and its arguments. Every size guard
@@ -530,38 +440,6 @@ mod tests {
             node("", 7000),
         ])]);
         assert_eq!(slot_ranges(&reply, "::1").unwrap(), [(0, 16383, "[::1]:7000".to_string())]);
-    }
-
-    #[test]
-    fn slots_match_redis() {
-        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
-        assert_eq!(crc16(b"123456789"), 0x31c3);
-        assert_eq!(slot(b"foo"), 12182);
-        assert_eq!(slot(b"bar"), 5061);
-        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
-        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
-        assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"));
-        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
-    }
-
-    #[test]
-    fn every_slot_has_an_epoch_copy() {
-        for s in [0u16, 1, 5061, 12182, 16383] {
-            let key = epoch_copy_key("cachewright:", s);
-            assert_eq!(slot(key.as_bytes()), s, "{key}");
-            let probe = probe_key("cachewright:", s);
-            assert_eq!(slot(probe.as_bytes()), s, "{probe}");
-        }
-        assert_eq!(epoch_copy_key("cw:", 0), format!("cw:lock:epoch:slot:{{{}}}", tags()[0]));
-        // A stage shares its key's slot, even a key with a hash tag of its
-        // own (hostile ids may hold braces).
-        for key in ["app:video:category:list:c1", "app:video:tag:list:{x}:t", "app:video:list:home:c:{}"] {
-            let s = slot(key.as_bytes());
-            let stage = stage_key("cachewright:", s, 0xbeef);
-            assert_eq!(slot(stage.as_bytes()), s, "{stage}");
-            assert!(stage.starts_with("cachewright:stage:000000000000beef:{"), "{stage}");
-        }
-        assert!(tags().iter().all(|t| !t.is_empty() && t.len() <= 6));
     }
 
     #[test]

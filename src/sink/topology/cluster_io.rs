@@ -2,8 +2,8 @@
 //! a master refuses), the epoch's copies, per-master commands and scans
 //! that follow the slot map.
 
-use super::cluster::{self, Layout, RAISE_GROUP_SCRIPT, RAISE_SCRIPT, SlotPart, WRITE_SCRIPT};
-use super::{Fence, RedisConn, Sink, SinkError, is_retriable};
+use crate::sink::cluster::{self, Layout, RAISE_GROUP_SCRIPT, RAISE_SCRIPT, SlotPart, WRITE_SCRIPT};
+use crate::sink::{Fence, RedisConn, Sink, SinkError, is_retriable};
 use futures::{StreamExt, TryStreamExt};
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -92,7 +92,7 @@ impl Sink {
     /// Refuses a status prefix with a brace: it would give the epoch key
     /// and its per-slot copies a hash tag of its own, moving them out of
     /// the slots fencing relies on.
-    pub(super) fn check_cluster(&self, cfg: &crate::config::Config) -> Result<(), SinkError> {
+    pub(in crate::sink) fn check_cluster(&self, cfg: &crate::config::Config) -> Result<(), SinkError> {
         if !cfg.status_prefix.contains(['{', '}']) {
             return Ok(());
         }
@@ -142,7 +142,7 @@ impl Sink {
                     false,
                 ),
                 Ok(_) => (items.into_iter().map(|item| (item, None)).collect(), true),
-                Err(err) => (items.into_iter().map(|item| (item, None)).collect(), super::is_ambiguous(&err)),
+                Err(err) => (items.into_iter().map(|item| (item, None)).collect(), crate::sink::is_ambiguous(&err)),
             }
         });
         let mut ambiguous = false;
@@ -160,7 +160,7 @@ impl Sink {
     /// parallel. A master that refuses (a slot moved or moving, a copy to
     /// restore, a fence) gets its parts again one slot at a time, each
     /// following the cluster. Commands without a key (`PUBLISH`) go last.
-    pub(super) async fn send_cluster(&self, pipe: &redis::Pipeline) -> Result<(), SinkError> {
+    pub(in crate::sink) async fn send_cluster(&self, pipe: &redis::Pipeline) -> Result<(), SinkError> {
         let split = cluster::split(pipe);
         let RedisConn::Cluster(router) = &self.conn else { unreachable!("send_cluster on a single Redis") };
         if let Some(fence) = &self.fence
@@ -208,9 +208,9 @@ impl Sink {
     /// The script call of one slot part, fenced by the slot's epoch copy
     /// when the sink is.
     fn part_call(&self, part: &SlotPart<'_>, epoch: Option<u64>) -> ScriptCall {
-        let copy = epoch.map(|_| cluster::epoch_copy_key(&self.status_prefix, part.slot));
+        let copy = epoch.map(|_| crate::keys::status::epoch_copy_key(&self.status_prefix, part.slot));
         let epoch = epoch.map(|e| e.to_string()).unwrap_or_default();
-        let probe = cluster::probe_key(&self.status_prefix, part.slot);
+        let probe = crate::keys::status::probe_key(&self.status_prefix, part.slot);
         let mut keys: Vec<&[u8]> = copy.iter().map(|c| c.as_bytes()).collect();
         keys.push(probe.as_bytes());
         keys.extend(part.keys());
@@ -264,7 +264,7 @@ impl Sink {
                 }
                 (PartError::Redis(err), _, _) if attempt < self.retry.attempts && is_retriable(&err) => {
                     if let (Some(fence), Some(sent)) = (&self.fence, epoch)
-                        && super::is_ambiguous(&err)
+                        && crate::sink::is_ambiguous(&err)
                     {
                         self.raise_own_epoch(fence, sent).await?;
                     }
@@ -304,7 +304,7 @@ impl Sink {
     }
 
     async fn raise_copy(&self, epoch: u64, slot: u16) -> Result<(), SinkError> {
-        let key = cluster::epoch_copy_key(&self.status_prefix, slot);
+        let key = crate::keys::status::epoch_copy_key(&self.status_prefix, slot);
         let epoch = epoch.to_string();
         let call = ScriptCall::new(&RAISE_SHA, RAISE_SCRIPT, &[key.as_bytes()], &[epoch.as_bytes()]);
         let conn = &self.conn;
@@ -322,7 +322,7 @@ impl Sink {
     /// script, one pipeline per master, the masters in parallel. A copy
     /// whose slot moved meanwhile (or any other refusal) is then raised on
     /// its own, following the cluster.
-    pub(super) async fn raise_epoch_copies(&self, fence: &Fence) -> Result<(), SinkError> {
+    pub(in crate::sink) async fn raise_epoch_copies(&self, fence: &Fence) -> Result<(), SinkError> {
         let RedisConn::Cluster(router) = &self.conn else { return Ok(()) };
         let epoch_now = fence.epoch();
         let epoch = epoch_now.to_string();
@@ -340,7 +340,7 @@ impl Sink {
                 let mut cmd = redis::cmd("EVAL");
                 cmd.arg(RAISE_GROUP_SCRIPT).arg(0).arg(&epoch);
                 for slot in slots {
-                    cmd.arg(cluster::epoch_copy_key(&self.status_prefix, *slot));
+                    cmd.arg(crate::keys::status::epoch_copy_key(&self.status_prefix, *slot));
                 }
                 cmd
             })
@@ -362,7 +362,7 @@ impl Sink {
     }
 
     /// Sends `cmd` to the node at `host:port`.
-    pub(super) async fn on_node(&self, node: &str, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+    pub(in crate::sink) async fn on_node(&self, node: &str, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
         let RedisConn::Cluster(router) = &self.conn else {
             let mut conn = self.conn.clone();
             return cmd.query_async(&mut conn).await;
@@ -371,7 +371,7 @@ impl Sink {
     }
 
     /// The masters and their slots, and whether a slot is moving.
-    pub(super) async fn layout(&self) -> Result<(Layout, bool), SinkError> {
+    pub(in crate::sink) async fn layout(&self) -> Result<(Layout, bool), SinkError> {
         let mut conn = self.conn.clone();
         let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn).await.map_err(read_err)?;
         let layout = cluster::parse_slots(&reply)
@@ -382,7 +382,11 @@ impl Sink {
     }
 
     /// The text reply of `cmd` from each of `nodes`, asked in parallel.
-    pub(super) async fn text_of_each(&self, nodes: &[String], cmd: &redis::Cmd) -> Result<Vec<String>, SinkError> {
+    pub(in crate::sink) async fn text_of_each(
+        &self,
+        nodes: &[String],
+        cmd: &redis::Cmd,
+    ) -> Result<Vec<String>, SinkError> {
         let replies = futures::future::join_all(
             nodes.iter().map(|node| async { parse::<String>(self.on_node(node, cmd).await.map_err(read_err)?) }),
         )
@@ -403,14 +407,18 @@ impl Sink {
 
     /// Every master's `run_id`, in address order (the watcher checks this
     /// before every batch).
-    pub(super) async fn cluster_run_ids(&self) -> Result<String, SinkError> {
+    pub(in crate::sink) async fn cluster_run_ids(&self) -> Result<String, SinkError> {
         let infos = self.info_of_masters(&["server"]).await?;
-        Ok(infos.iter().map(|info| super::info_value(info, "run_id").unwrap_or_default()).collect::<Vec<_>>().join(","))
+        Ok(infos
+            .iter()
+            .map(|info| crate::sink::info_value(info, "run_id").unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join(","))
     }
 
     /// `INFO` of the given sections from every master, numeric fields
     /// summed (memory, hits and misses of the whole cluster).
-    pub(super) async fn cluster_info(&self, sections: &[&str]) -> Result<String, SinkError> {
+    pub(in crate::sink) async fn cluster_info(&self, sections: &[&str]) -> Result<String, SinkError> {
         Ok(sum_info(&self.info_of_masters(sections).await?))
     }
 
@@ -420,7 +428,12 @@ impl Sink {
     /// have gone from an unscanned master to a scanned one: the pass is
     /// then thrown away (`Scanned::Restart`) and made again once the
     /// slots settle.
-    pub(super) async fn scan_masters<F, Fut>(&self, glob: &str, count: usize, mut visit: F) -> Result<(), SinkError>
+    pub(in crate::sink) async fn scan_masters<F, Fut>(
+        &self,
+        glob: &str,
+        count: usize,
+        mut visit: F,
+    ) -> Result<(), SinkError>
     where
         F: FnMut(Scanned) -> Fut,
         Fut: std::future::Future<Output = Result<(), SinkError>>,
@@ -522,8 +535,8 @@ mod tests {
         let a = "# Memory\r\nused_memory:100\r\nmaxmemory_policy:noeviction\r\nmem_fragmentation_ratio:1.5\r\n";
         let b = "# Memory\r\nused_memory:250\r\nmaxmemory_policy:noeviction\r\nmem_fragmentation_ratio:1.25\r\n";
         let merged = super::sum_info(&[a.to_string(), b.to_string()]);
-        assert_eq!(super::super::info_value(&merged, "used_memory"), Some("350"));
-        assert_eq!(super::super::info_value(&merged, "maxmemory_policy"), Some("noeviction"));
-        assert_eq!(super::super::info_value(&merged, "mem_fragmentation_ratio"), Some("2.75"));
+        assert_eq!(crate::sink::info_value(&merged, "used_memory"), Some("350"));
+        assert_eq!(crate::sink::info_value(&merged, "maxmemory_policy"), Some("noeviction"));
+        assert_eq!(crate::sink::info_value(&merged, "mem_fragmentation_ratio"), Some("2.75"));
     }
 }

@@ -4,7 +4,7 @@
 //! (`lock:rebuild:full`, SET NX PX with a token naming the holder) and,
 //! on taking it, raises the epoch key (`lock:epoch`) that only grows.
 //! Every write the holder sends is checked by Redis itself against that
-//! epoch (see [`super::Sink::fenced`]), so a holder that stalled past its
+//! epoch (see [`crate::sink::Sink::fenced`]), so a holder that stalled past its
 //! lease cannot land a batch after another instance took over, even one
 //! it sent before the stall.
 //!
@@ -13,8 +13,8 @@
 //! that could not renew for a whole TTL counts itself out by its own
 //! clock. Dropping a [`Lease`] stops its renewer and releases it.
 
-use super::RedisConn;
 use crate::keys::status::StatusKeys;
+use crate::sink::RedisConn;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -93,7 +93,7 @@ impl LeaseState {
 /// [`Fence::raise_past`]). Cheap to clone; clones share the epoch.
 #[derive(Debug, Clone)]
 pub struct Fence {
-    pub(super) key: String,
+    pub(in crate::sink) key: String,
     epoch: Arc<AtomicU64>,
     /// Held while the holder raises its own epoch, so that writes failing
     /// together raise it once.
@@ -125,7 +125,7 @@ impl Fence {
     /// returns at once. Returns the new epoch; `Ok(None)` when the epoch
     /// key no longer holds `seen`, so another instance took over (the
     /// lease is then marked lost).
-    pub(super) async fn raise_past(&self, conn: &mut RedisConn, seen: u64) -> redis::RedisResult<Option<u64>> {
+    pub(in crate::sink) async fn raise_past(&self, conn: &mut RedisConn, seen: u64) -> redis::RedisResult<Option<u64>> {
         let _one_at_a_time = self.raising.lock().await;
         let current = self.epoch();
         if current > seen {
@@ -157,7 +157,7 @@ impl Fence {
     /// of the epoch key, which re-arm the connection for its next
     /// transaction (see `Sink::try_fenced`). The replies kept are `EXEC`'s
     /// and the epoch read back.
-    pub(super) fn frame(&self, body: impl FnOnce(&mut redis::Pipeline)) -> redis::Pipeline {
+    pub(in crate::sink) fn frame(&self, body: impl FnOnce(&mut redis::Pipeline)) -> redis::Pipeline {
         let mut full = redis::pipe();
         full.cmd("MULTI").ignore();
         body(&mut full);
@@ -166,7 +166,7 @@ impl Fence {
     }
 
     /// Records that Redis refused a write under this epoch.
-    pub(super) fn mark_lost(&self) {
+    pub(in crate::sink) fn mark_lost(&self) {
         self.state.mark_lost();
     }
 
@@ -276,7 +276,7 @@ impl Lease {
                         last_holder = holder;
                     }
                 }
-                Err(LeaseError::Redis(err)) if super::is_retriable(&err) => {
+                Err(LeaseError::Redis(err)) if crate::sink::is_retriable(&err) => {
                     tracing::warn!(error = %err, "cannot reach Redis to take the writer lease; retrying");
                 }
                 Err(err) => return Err(err),

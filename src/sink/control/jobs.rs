@@ -1,8 +1,8 @@
 //! Reading the job status keys (contract §3) for `status`, `/status` and
 //! the reporter, and following progress messages on pub/sub.
 
-use super::{Sink, SinkError};
 use crate::keys::status::StatusKeys;
+use crate::sink::{Sink, SinkError};
 use futures::StreamExt;
 use std::collections::HashMap;
 
@@ -73,8 +73,8 @@ impl Sink {
         let mut names = Vec::new();
         self.for_each_key(&keys.builders_glob(run_id), |scanned| {
             match scanned {
-                super::cluster_io::Scanned::Restart => names.clear(),
-                super::cluster_io::Scanned::Keys(batch) => names.extend(batch),
+                crate::sink::cluster_io::Scanned::Restart => names.clear(),
+                crate::sink::cluster_io::Scanned::Keys(batch) => names.extend(batch),
             }
             std::future::ready(Ok(()))
         })

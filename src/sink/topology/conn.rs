@@ -3,8 +3,8 @@
 //! command to the master of its key's slot and follows the cluster while
 //! slots move).
 
-use super::router::Router;
-use super::sentinel::Sentinel;
+use crate::sink::router::Router;
+use crate::sink::sentinel::Sentinel;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use std::sync::Arc;
@@ -57,7 +57,7 @@ impl ConnectionLike for RedisConn {
     /// master, slots concurrently and one slot's commands in order, and
     /// the replies kept in the pipeline's order.
     /// Atomic pipelines never come here on a cluster: writes go through
-    /// [`super::Sink::send`], which cuts them by slot.
+    /// [`crate::sink::Sink::send`], which cuts them by slot.
     fn req_packed_commands<'a>(
         &'a mut self,
         pipeline: &'a Pipeline,
@@ -96,7 +96,7 @@ async fn spread(router: Arc<Router>, pipeline: &Pipeline) -> redis::RedisResult<
     // stream's futures outlive no borrow.
     let mut by_slot: indexmap::IndexMap<Option<u16>, Vec<(usize, Cmd)>> = indexmap::IndexMap::new();
     for (i, cmd) in pipeline.cmd_iter().enumerate() {
-        by_slot.entry(super::router::command_slot(cmd)).or_default().push((i, cmd.clone()));
+        by_slot.entry(crate::sink::router::command_slot(cmd)).or_default().push((i, cmd.clone()));
     }
     let answered: Vec<Vec<(usize, Value)>> = futures::stream::iter(by_slot.into_values())
         .map(move |commands| {

@@ -1,9 +1,9 @@
 //! The write stage: takes planned batches from a channel and writes them
 //! through several concurrent pipelines, recording what was produced.
 
-use super::{Sink, SinkError};
 use crate::plan::Op;
 use crate::registry::FamilyId;
+use crate::sink::{Sink, SinkError};
 use futures::StreamExt;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ pub struct WriteOutcome {
     /// Digests of every key written (or planned, on a dry run), except
     /// the keys of per-video families: the rebuild's video table knows
     /// those (see [`crate::plan::index::VideoTable::planned`]).
-    pub produced: super::Produced,
+    pub produced: crate::sink::Produced,
     pub written: BTreeMap<FamilyId, u64>,
     pub ops: u64,
     /// The names of the keys written of the families asked for.
@@ -60,7 +60,7 @@ pub async fn run_writer(
         for op in batch {
             *outcome.written.entry(op.key.family).or_default() += 1;
             if !per_video(op.key.family) {
-                outcome.produced.insert(super::digest(&op.key.text));
+                outcome.produced.insert(crate::sink::digest(&op.key.text));
             }
             if keep_names.contains(op.key.family) {
                 outcome.names.push(op.key.text);

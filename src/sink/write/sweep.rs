@@ -7,11 +7,11 @@
 //! the rest after the first names are gone. Keys of unregistered families
 //! are never collected, so never touched.
 
-use super::cluster_io::Scanned;
-use super::{RetryPolicy, SinkError};
 use crate::keys::Keys;
 use crate::plan::FamilySet;
 use crate::registry::FamilyId;
+use crate::sink::cluster_io::Scanned;
+use crate::sink::{RetryPolicy, SinkError};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 
@@ -30,7 +30,7 @@ pub fn digest(key: &str) -> u128 {
 /// The produced keys' digests.
 pub type Produced = rustc_hash::FxHashSet<u128>;
 
-/// Existing keys of the selected families, found by [`super::Sink::scan_existing`].
+/// Existing keys of the selected families, found by [`crate::sink::Sink::scan_existing`].
 #[derive(Debug, Default)]
 pub struct Existing {
     pub keys: Vec<(FamilyId, String)>,
@@ -52,7 +52,7 @@ pub struct Stale {
     pub scanned: u64,
     /// Keys under the prefix whose names are not UTF-8 (skipped).
     pub not_utf8: u64,
-    /// Keys the pass could not judge yet (see [`super::Sink::find_stale`]),
+    /// Keys the pass could not judge yet (see [`crate::sink::Sink::find_stale`]),
     /// at most the cap of them.
     pub later: Vec<(FamilyId, String)>,
     /// Whether more keys than the cap were left for later: the pass must
@@ -116,7 +116,7 @@ enum Filed {
 const SCAN_COUNT: usize = 5000;
 const UNLINK_BATCH: usize = 1000;
 
-impl super::Sink {
+impl crate::sink::Sink {
     /// Collects every key under the prefix that belongs to a selected
     /// registered family.
     pub async fn scan_existing(&self, keys: &Keys, families: FamilySet) -> Result<Existing, SinkError> {
@@ -127,7 +127,7 @@ impl super::Sink {
     /// Calls `visit` with every batch of keys matching `glob`: one SCAN
     /// pass on a single Redis; on a cluster, one on every master, made
     /// again (after `Scanned::Restart`) when slots moved meanwhile.
-    pub(super) async fn for_each_key<F, Fut>(&self, glob: &str, mut visit: F) -> Result<(), SinkError>
+    pub(in crate::sink) async fn for_each_key<F, Fut>(&self, glob: &str, mut visit: F) -> Result<(), SinkError>
     where
         F: FnMut(Scanned) -> Fut,
         Fut: std::future::Future<Output = Result<(), SinkError>>,
@@ -301,7 +301,7 @@ fn file_batch(keys: &Keys, families: FamilySet, batch: Vec<Vec<u8>>, produced: &
 
 async fn scan(
     retry: &RetryPolicy,
-    conn: &mut super::RedisConn,
+    conn: &mut crate::sink::RedisConn,
     cursor: u64,
     glob: &str,
 ) -> Result<(u64, Vec<Vec<u8>>), SinkError> {

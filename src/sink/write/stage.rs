@@ -31,8 +31,8 @@
 //! - A writer that dies mid-way leaves a stage no reader looks at; it
 //!   expires within [`STAGE_TTL`] of its first command.
 
-use super::{RedisConn, Sink, SinkError, cluster, pipeline};
 use crate::plan::{Change, Op, Value};
+use crate::sink::{RedisConn, Sink, SinkError, cluster, pipeline};
 use std::collections::HashSet;
 use std::ops::Range;
 
@@ -123,7 +123,7 @@ impl Sink {
 
     /// Writes the ops of `ops` too big for one unit, each in steps, one
     /// after another; returns the others, for one atomic unit.
-    pub(super) async fn write_staged_ops<'a>(&self, ops: &'a [Op]) -> Result<Vec<&'a Op>, SinkError> {
+    pub(in crate::sink) async fn write_staged_ops<'a>(&self, ops: &'a [Op]) -> Result<Vec<&'a Op>, SinkError> {
         let (staged, whole): (Vec<&Op>, Vec<&Op>) = ops.iter().partition(|op| self.is_staged(op));
         for op in staged {
             self.write_staged(op).await?;
@@ -133,7 +133,10 @@ impl Sink {
 
     /// The same for the watcher's changes: puts too big for one unit are
     /// written in steps; the other changes come back in their order.
-    pub(super) async fn write_staged_changes<'a>(&self, changes: &'a [Change]) -> Result<Vec<&'a Change>, SinkError> {
+    pub(in crate::sink) async fn write_staged_changes<'a>(
+        &self,
+        changes: &'a [Change],
+    ) -> Result<Vec<&'a Change>, SinkError> {
         let mut rest = Vec::with_capacity(changes.len());
         for change in changes {
             match change {
@@ -156,7 +159,7 @@ impl Sink {
             if self.fence.as_ref().is_some_and(|fence| !fence.is_valid()) {
                 return Err(SinkError::LeaseLost);
             }
-            let stage = cluster::stage_key(&self.status_prefix, slot, rand::random());
+            let stage = crate::keys::status::stage_key(&self.status_prefix, slot, rand::random());
             if self.try_staged(op, &stage, &steps).await? {
                 return Ok(());
             }

@@ -1,9 +1,9 @@
 //! What a key holds in Redis against what it should hold: one verdict per
 //! key, for `verify` (every planned key, or a sample) and the watcher's
-//! continuous drift check. Pure: the reads happen in [`super::inspect`].
+//! continuous drift check. Pure: the reads happen in [`crate::sink::inspect`].
 
-use super::inspect::{Inspected, Observed};
 use crate::plan::Value;
+use crate::sink::inspect::{Inspected, Observed};
 
 /// How a key differs from what it should hold.
 #[derive(Debug, Clone, PartialEq)]

@@ -34,7 +34,7 @@ impl RetryPolicy {
         loop {
             match op().await {
                 Ok(value) => return Ok(value),
-                Err(err) if attempt < self.attempts && super::is_retriable(&err) => {
+                Err(err) if attempt < self.attempts && crate::sink::is_retriable(&err) => {
                     let delay = self.delay(attempt);
                     tracing::warn!(attempt, delay_ms = delay.as_millis() as u64, error = %err, "redis write failed, retrying");
                     tokio::time::sleep(delay).await;

@@ -2,7 +2,7 @@
 //! pipelined batches of TYPE, TTL, value reads and MEMORY USAGE; never a
 //! blocking command.
 
-use super::{Sink, SinkError};
+use crate::sink::{Sink, SinkError};
 
 /// What a key holds in Redis, normalised for comparison: set members
 /// sorted, zset members sorted by member.

@@ -2,8 +2,8 @@
 //! tokens and the heartbeat. Writes go through [`Sink::send`], so a
 //! fenced sink writes them only while it holds the writer lease.
 
-use super::{Sink, SinkError};
 use crate::keys::status::StatusKeys;
+use crate::sink::{Sink, SinkError};
 
 impl Sink {
     /// The saved resume tokens (JSON text) of `collections`, in order;

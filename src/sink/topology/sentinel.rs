@@ -67,7 +67,7 @@ fn is_fail_over(err: &redis::RedisError) -> bool {
         || err.is_connection_dropped()
         || err.is_connection_refusal()
         || err.is_timeout()
-        || matches!(super::error_code(err).as_deref(), Some("READONLY" | "LOADING" | "MASTERDOWN" | "NOREPLICAS"))
+        || matches!(crate::sink::error_code(err).as_deref(), Some("READONLY" | "LOADING" | "MASTERDOWN" | "NOREPLICAS"))
 }
 
 impl Sentinel {
@@ -192,7 +192,7 @@ async fn resolve(
                     name.to_string(),
                 )));
             };
-            let addr = super::cluster::node_addr(&host, port);
+            let addr = crate::sink::cluster::node_addr(&host, port);
             if addr == known {
                 return Ok(None);
             }

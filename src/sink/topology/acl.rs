@@ -9,9 +9,9 @@
 //! command that lacks a permission therefore stops before its first
 //! write, never halfway through.
 
-use super::{Sink, SinkError};
 use crate::config::Config;
 use crate::keys::status::StatusKeys;
+use crate::sink::{Sink, SinkError};
 
 /// What a command needs of Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,12 +217,12 @@ impl Sink {
     /// and the next write restores. With `allow`, warns instead.
     pub async fn check_eviction(&self, allow: bool) -> Result<(), SinkError> {
         let infos: Vec<(String, String)> = match &self.conn {
-            super::RedisConn::Cluster(router) => {
+            crate::sink::RedisConn::Cluster(router) => {
                 let masters = router.masters();
                 let infos = self.text_of_each(&masters, redis::cmd("INFO").arg("memory")).await?;
                 masters.into_iter().zip(infos).collect()
             }
-            super::RedisConn::Single(_) | super::RedisConn::Sentinel(_) => {
+            crate::sink::RedisConn::Single(_) | crate::sink::RedisConn::Sentinel(_) => {
                 let mut conn = self.connection();
                 let info: String = redis::cmd("INFO")
                     .arg("memory")
@@ -233,7 +233,7 @@ impl Sink {
             }
         };
         for (node, info) in infos {
-            let Some(policy) = super::info_value(&info, "maxmemory_policy") else { continue };
+            let Some(policy) = crate::sink::info_value(&info, "maxmemory_policy") else { continue };
             if !policy.starts_with("allkeys-") {
                 continue;
             }
@@ -255,7 +255,7 @@ impl Sink {
     /// permissions before it redirects a key of another master: that
     /// reply is `MOVED`, not a refusal).
     async fn query_one_node(&self, pipe: &redis::Pipeline) -> redis::RedisResult<Vec<redis::Value>> {
-        let super::RedisConn::Cluster(router) = &self.conn else {
+        let crate::sink::RedisConn::Cluster(router) = &self.conn else {
             let mut conn = self.node_client().get_multiplexed_async_connection().await?;
             return pipe.query_async(&mut conn).await;
         };

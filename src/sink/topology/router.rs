@@ -10,7 +10,7 @@
 //! timeout, again and again (its slot refresh never completed). Here a
 //! failed request only refreshes the map and retries, with a bound.
 
-use super::cluster;
+use crate::sink::cluster;
 use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
 use std::collections::HashMap;
@@ -50,7 +50,7 @@ pub struct Router {
 }
 
 /// The slot a command's key hashes to; `None` for commands without a key.
-pub(super) fn command_slot(cmd: &Cmd) -> Option<u16> {
+pub(in crate::sink) fn command_slot(cmd: &Cmd) -> Option<u16> {
     let args = cluster::cmd_args(cmd);
     let name = args.first()?.to_ascii_uppercase();
     let key = match name.as_slice() {

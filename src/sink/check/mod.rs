@@ -1,0 +1,5 @@
+//! Reading keys back for comparison: `verify`, `memory` and the drift
+//! check.
+
+pub mod compare;
+pub mod inspect;

@@ -1,0 +1,3 @@
+//! Fencing and the writer lease: who may write, under which epoch.
+
+pub mod lease;

@@ -455,8 +455,8 @@ impl Sink {
     /// Sends one idempotent atomic pipeline, retrying retriable failures;
     /// fenced when the sink is.
     pub async fn send(&self, pipe: redis::Pipeline) -> Result<(), SinkError> {
-        if self.is_cluster() {
-            return self.send_cluster(&pipe).await;
+        if let RedisConn::Cluster(router) = &self.conn {
+            return self.send_cluster(router, &pipe).await;
         }
         if let Some(fence) = &self.fence {
             let full = fence.frame(|full| {
@@ -632,8 +632,8 @@ impl Sink {
     /// cluster, the masters' `run_id`s, which change when any master
     /// restarts or fails over.
     pub async fn run_id(&self) -> Result<String, SinkError> {
-        if self.is_cluster() {
-            return self.cluster_run_ids().await;
+        if let RedisConn::Cluster(router) = &self.conn {
+            return self.cluster_run_ids(router).await;
         }
         // Behind Sentinel, the master is whichever node the sentinels
         // name now; a fail-over shows as a new run_id.

@@ -3,7 +3,7 @@
 //! fenced sink writes them only while it holds the writer lease.
 
 use crate::keys::status::StatusKeys;
-use crate::sink::{Sink, SinkError};
+use crate::sink::{RedisConn, Sink, SinkError};
 
 impl Sink {
     /// The saved resume tokens (JSON text) of `collections`, in order;
@@ -92,8 +92,8 @@ impl Sink {
 
     /// `INFO` of two sections in one reply.
     pub async fn info(&self, first: &str, second: &str) -> Result<String, SinkError> {
-        if self.is_cluster() {
-            return self.cluster_info(&[first, second]).await;
+        if let RedisConn::Cluster(router) = &self.conn {
+            return self.cluster_info(router, &[first, second]).await;
         }
         let mut conn = self.connection();
         redis::cmd("INFO")
@@ -106,8 +106,8 @@ impl Sink {
 
     /// A field of `INFO section` (e.g. `used_memory` of `memory`).
     pub async fn info_field(&self, section: &str, field: &str) -> Result<Option<String>, SinkError> {
-        let info: String = if self.is_cluster() {
-            self.cluster_info(&[section]).await?
+        let info: String = if let RedisConn::Cluster(router) = &self.conn {
+            self.cluster_info(router, &[section]).await?
         } else {
             let mut conn = self.connection();
             redis::cmd("INFO")

@@ -3,6 +3,7 @@
 //! that follow the slot map.
 
 use crate::sink::cluster::{self, Layout, RAISE_GROUP_SCRIPT, RAISE_SCRIPT, SlotPart, WRITE_SCRIPT};
+use crate::sink::router::Router;
 use crate::sink::{Fence, RedisConn, Sink, SinkError, is_retriable};
 use futures::{StreamExt, TryStreamExt};
 use std::sync::LazyLock;
@@ -115,10 +116,10 @@ impl Sink {
     /// it may still run later.
     async fn per_master_pipelines<T>(
         &self,
+        router: &Router,
         by_master: Vec<(String, Vec<T>)>,
         command: impl Fn(&T) -> redis::Cmd,
     ) -> (Vec<(T, Option<redis::Value>)>, bool) {
-        let RedisConn::Cluster(router) = &self.conn else { unreachable!("per-master pipelines on a single Redis") };
         let command = &command;
         let sent = by_master.into_iter().map(|(addr, items)| async move {
             let mut pipe = redis::pipe();
@@ -160,9 +161,8 @@ impl Sink {
     /// parallel. A master that refuses (a slot moved or moving, a copy to
     /// restore, a fence) gets its parts again one slot at a time, each
     /// following the cluster. Commands without a key (`PUBLISH`) go last.
-    pub(in crate::sink) async fn send_cluster(&self, pipe: &redis::Pipeline) -> Result<(), SinkError> {
+    pub(in crate::sink) async fn send_cluster(&self, router: &Router, pipe: &redis::Pipeline) -> Result<(), SinkError> {
         let split = cluster::split(pipe);
-        let RedisConn::Cluster(router) = &self.conn else { unreachable!("send_cluster on a single Redis") };
         if let Some(fence) = &self.fence
             && !fence.is_valid()
         {
@@ -171,8 +171,9 @@ impl Sink {
         let (by_master, mut left) = router.by_master(split.parts, |part| part.slot);
         let epoch = self.fence.as_ref().map(Fence::epoch);
         let groups = by_master.into_iter().map(|(addr, parts)| (addr, cluster::bounded_groups(parts))).collect();
-        let (sent, ambiguous) =
-            self.per_master_pipelines(groups, |parts| cluster::group_command(&self.status_prefix, epoch, parts)).await;
+        let (sent, ambiguous) = self
+            .per_master_pipelines(router, groups, |parts| cluster::group_command(&self.status_prefix, epoch, parts))
+            .await;
         for (parts, reply) in sent {
             if reply.is_none() {
                 left.extend(parts);
@@ -336,7 +337,7 @@ impl Sink {
         // Raising a copy is idempotent and only ever raises: a late one
         // does no harm, so the fate of a lost reply does not matter here.
         let (sent, _) = self
-            .per_master_pipelines(chunks, |slots: &Vec<u16>| {
+            .per_master_pipelines(router, chunks, |slots: &Vec<u16>| {
                 let mut cmd = redis::cmd("EVAL");
                 cmd.arg(RAISE_GROUP_SCRIPT).arg(0).arg(&epoch);
                 for slot in slots {
@@ -396,8 +397,7 @@ impl Sink {
 
     /// `INFO` of `sections` from every master of the router's map, in
     /// address order.
-    async fn info_of_masters(&self, sections: &[&str]) -> Result<Vec<String>, SinkError> {
-        let RedisConn::Cluster(router) = &self.conn else { unreachable!("masters of a single Redis") };
+    async fn info_of_masters(&self, router: &Router, sections: &[&str]) -> Result<Vec<String>, SinkError> {
         let mut cmd = redis::cmd("INFO");
         for section in sections {
             cmd.arg(*section);
@@ -407,8 +407,8 @@ impl Sink {
 
     /// Every master's `run_id`, in address order (the watcher checks this
     /// before every batch).
-    pub(in crate::sink) async fn cluster_run_ids(&self) -> Result<String, SinkError> {
-        let infos = self.info_of_masters(&["server"]).await?;
+    pub(in crate::sink) async fn cluster_run_ids(&self, router: &Router) -> Result<String, SinkError> {
+        let infos = self.info_of_masters(router, &["server"]).await?;
         Ok(infos
             .iter()
             .map(|info| crate::sink::info_value(info, "run_id").unwrap_or_default())
@@ -418,8 +418,8 @@ impl Sink {
 
     /// `INFO` of the given sections from every master, numeric fields
     /// summed (memory, hits and misses of the whole cluster).
-    pub(in crate::sink) async fn cluster_info(&self, sections: &[&str]) -> Result<String, SinkError> {
-        Ok(sum_info(&self.info_of_masters(sections).await?))
+    pub(in crate::sink) async fn cluster_info(&self, router: &Router, sections: &[&str]) -> Result<String, SinkError> {
+        Ok(sum_info(&self.info_of_masters(router, sections).await?))
     }
 
     /// Runs `visit` on every key matching `glob` on every master (all of

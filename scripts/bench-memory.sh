@@ -12,13 +12,7 @@ cd "$ROOT"
 VIDEOS="${1:-500000}"
 SETUP="${2:-single}"
 start_bench_servers "$SETUP"
-cargo build --release --quiet --features dev --bin cachewright --bin cachewright-dev
-OUT="$ROOT/target/bench-memory-$VIDEOS-$SETUP"
-mkdir -p "$OUT"
-export MONGODB_URI="mongodb://127.0.0.1:$MONGO_PORT/?directConnection=true"
-export MONGODB_DB="bench"
-export REDIS_URL="redis://127.0.0.1:${PORTS[0]}"
-export CACHEWRIGHT_PREFIX="app:"
+bench_setup "bench-memory-$VIDEOS-$SETUP" bench
 say "generating $VIDEOS videos (seed 1)"
 target/release/cachewright-dev fixtures generate --yes --videos "$VIDEOS" --seed 1 2>"$OUT/generate.log"
 for p in "${PORTS[@]}"; do redis-cli -p "$p" FLUSHALL >/dev/null; done

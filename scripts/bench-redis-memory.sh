@@ -14,13 +14,7 @@ source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 VIDEOS="${1:-500000}"
 start_bench_servers single
-cargo build --release --quiet --features dev --bin cachewright --bin cachewright-dev
-OUT="$ROOT/target/bench-redis-memory-$VIDEOS"
-mkdir -p "$OUT"
-export MONGODB_URI="mongodb://127.0.0.1:$MONGO_PORT/?directConnection=true"
-export MONGODB_DB="bench"
-export REDIS_URL="redis://127.0.0.1:${PORTS[0]}"
-export CACHEWRIGHT_PREFIX="app:"
+bench_setup "bench-redis-memory-$VIDEOS" bench
 cli() { redis-cli -p "${PORTS[0]}" "$@"; }
 say "generating $VIDEOS videos (seed 1)"
 target/release/cachewright-dev fixtures generate --yes --videos "$VIDEOS" --seed 1 2>"$OUT/generate.log"

@@ -17,13 +17,7 @@ MIX="${3:-platform}"
 RATE="${4:-1000}"
 SECONDS_PER_PHASE="${5:-10}"
 start_bench_servers "$SETUP"
-cargo build --release --quiet --features dev --bin cachewright --bin cachewright-dev
-OUT="$ROOT/target/bench-watch-$VIDEOS-$SETUP-$MIX"
-mkdir -p "$OUT"
-export MONGODB_URI="mongodb://127.0.0.1:$MONGO_PORT/?directConnection=true"
-export MONGODB_DB="benchwatch"
-export REDIS_URL="redis://127.0.0.1:${PORTS[0]}"
-export CACHEWRIGHT_PREFIX="app:"
+bench_setup "bench-watch-$VIDEOS-$SETUP-$MIX" benchwatch
 export CACHEWRIGHT_STATUS_PREFIX="cachewright:"
 for p in "${PORTS[@]}"; do redis-cli -p "$p" FLUSHALL >/dev/null; done
 say "generating $VIDEOS videos"

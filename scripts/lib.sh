@@ -140,6 +140,19 @@ stop_servers() {
 # on 16379 (`single`) or a 3-master cluster on 17001-17003 (`cluster`),
 # and SecantusDB on 27117. Sets PORTS (the Redis ports), MONGO_PORT and
 # RUN_DIR.
+# After start_bench_servers: builds the release binaries, makes the
+# output directory $OUT (target/$1) and points cachewright at the
+# benchmark's servers, database $2 and prefix app:.
+bench_setup() {
+  cargo build --release --quiet --features dev --bin cachewright --bin cachewright-dev
+  OUT="$ROOT/target/$1"
+  mkdir -p "$OUT"
+  export MONGODB_URI="mongodb://127.0.0.1:$MONGO_PORT/?directConnection=true"
+  export MONGODB_DB="$2"
+  export REDIS_URL="redis://127.0.0.1:${PORTS[0]}"
+  export CACHEWRIGHT_PREFIX="app:"
+}
+
 start_bench_servers() {
   local setup=$1
   MONGO_PORT=27117

@@ -45,6 +45,19 @@ impl<T> Drop for Owned<T> {
     }
 }
 
+/// Runs CPU-bound work (decoding a batch, planning it, classifying a
+/// page of scanned keys) without holding up the runtime's other tasks
+/// (the HTTP probes, the lease renewal): on a multi-threaded runtime the
+/// worker hands its queue to another thread first. A current-thread
+/// runtime (some tests) runs it in place.
+pub fn off_runtime<T>(work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

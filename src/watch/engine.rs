@@ -12,6 +12,7 @@ use crate::keys::status::StatusKeys;
 use crate::plan::{Change, PlanCtx, Value};
 use crate::sink::{Sink, SinkError};
 use crate::source::{Source, SourceError};
+use crate::tasks::off_runtime;
 use model::{Coll, Event, id_key};
 use mongodb::bson::Bson;
 use std::collections::HashMap;
@@ -384,18 +385,6 @@ impl Engine<'_> {
             .try_collect::<Vec<()>>()
             .await?;
         Ok(())
-    }
-}
-
-/// Runs CPU-bound work (decoding a batch, planning it) without holding
-/// up the runtime's other tasks (the HTTP probes, the lease renewal): on
-/// a multi-threaded runtime the worker hands its queue to another thread
-/// first. A current-thread runtime (some tests) runs it in place.
-pub(super) fn off_runtime<T>(work: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
-        _ => work(),
     }
 }
 

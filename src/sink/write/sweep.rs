@@ -286,6 +286,12 @@ impl crate::sink::Sink {
 /// keys, filing them one by one would take longer than Redis takes to
 /// scan them.
 fn file_batch(keys: &Keys, families: FamilySet, batch: Vec<Vec<u8>>, produced: &Judge<'_>) -> Vec<Filed> {
+    // Off the async worker: the scan's next page and the other tasks
+    // keep running while rayon files this one.
+    crate::tasks::off_runtime(|| file_page(keys, families, batch, produced))
+}
+
+fn file_page(keys: &Keys, families: FamilySet, batch: Vec<Vec<u8>>, produced: &Judge<'_>) -> Vec<Filed> {
     batch
         .into_par_iter()
         .map(|raw| {

@@ -737,7 +737,8 @@ async fn drift_counts(addr: std::net::SocketAddr, metric: &str) -> BTreeMap<Stri
 
 /// The leader's drift check: keys changed behind cachewright's back (a
 /// detail overwritten, a member removed from an index, one added to a
-/// video's categories, a catalogue key deleted, another's TTL removed)
+/// video's categories, a catalogue key deleted, another's TTL removed,
+/// a key written for a category that does not exist)
 /// are each reported once by family in `/metrics` and rewritten, and the
 /// cache equals a fresh rebuild; a stream of live changes (titles and
 /// category moves, the detail payloads and indexes they touch) checked
@@ -808,10 +809,16 @@ async fn drifted_keys_are_reported_and_repaired_and_live_changes_are_not_drift()
         .arg(format!("{p}category:all"))
         .cmd("PERSIST")
         .arg(format!("{p}tag:all"))
+        .cmd("SET")
+        .arg(format!("{p}category:by-id:nosuch"))
+        .arg("{}")
+        .arg("EX")
+        .arg(100_000)
         .query_async(&mut conn)
         .await
         .unwrap();
-    let drifted = ["video:detail", "video:category:index", "video:categories", "category:all", "tag:all"];
+    let drifted =
+        ["video:detail", "video:category:index", "video:categories", "category:all", "tag:all", "category:by-id"];
     common::wait_for("every drifted key to be found", Duration::from_secs(60), || async {
         let found = drift_counts(addr, "found").await;
         drifted.iter().all(|f| found.get(*f).copied().unwrap_or(0) > 0)

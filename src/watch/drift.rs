@@ -21,8 +21,10 @@
 //! its scopes in order: on a small catalogue every key is seen within a
 //! few rounds, on a big one a random sample. The scopes walked are those
 //! the state knows (the catalogue's entities, the videos, and the keys it
-//! knows the cache holds); a key of an unknown scope that another writer
-//! made is found by `verify` and removed by the next rebuild's sweep.
+//! knows the cache holds). A tenth of the keys of each round are drawn
+//! from Redis instead (`RANDOMKEY`) and judged the same way: that is how
+//! a key of a scope the state does not know, which another writer made,
+//! is found and deleted.
 
 use super::plan::{digest, plan_scope};
 use super::state::{Held, IndexView, State};
@@ -162,6 +164,40 @@ impl Drift {
             }
         }
         (keys, probes)
+    }
+}
+
+impl Drift {
+    /// What an existing key drawn at random from Redis should hold, when
+    /// it is one of the selected families: planned (compared like a drawn
+    /// key) or not planned (`want: None`, an extra key, which the walk
+    /// of known scopes would never meet: another writer's
+    /// `category:by-id:nosuch`). `None` for a key that is not the
+    /// contract's, and for an active video's detail, which only its
+    /// document can judge.
+    pub fn judge_existing(&mut self, state: &State, ctx: &PlanCtx, key: &str) -> Option<Expected> {
+        let (family, args) = ctx.keys.parse(key)?;
+        if !ctx.families.contains(family) {
+            return None;
+        }
+        let extra = || Expected { key: Key { family, text: key.to_string() }, want: None };
+        let scope = Registry::get().family(family).scope.as_slice();
+        let planned = match scope {
+            [Scope::Global] => {
+                let planned = self.catalog.get_or_insert_with(|| catalog_keys(state, ctx));
+                planned.get(&family).into_iter().flatten().cloned().collect()
+            }
+            [Scope::Video] if family == FamilyId::VideoDetail => {
+                return state.detail_probe(args.first()?).is_none().then(extra);
+            }
+            [Scope::Video] => scope_keys(state, ctx, family, Scope::Video, args.first()?),
+            _ => {
+                let kind = if scope.contains(&Scope::Tag) { Scope::Tag } else { scope[0] };
+                let at = scope.iter().position(|s| *s == kind)?;
+                scope_keys(state, ctx, family, kind, args.get(at)?)
+            }
+        };
+        Some(planned.into_iter().find(|e| e.key.text == key).unwrap_or_else(extra))
     }
 }
 

@@ -268,6 +268,13 @@ impl Engine<'_> {
         }
         let n = drift.due();
         let (mut expected, mut probes) = off_runtime(|| drift.draw(state, self.ctx, n));
+        // A tenth more drawn from what Redis holds, for keys no known
+        // scope names.
+        if n > 0 {
+            for key in self.sink.random_keys(n.div_ceil(10)).await? {
+                expected.extend(drift.judge_existing(state, self.ctx, &key));
+            }
+        }
         // Each key once a round (a small catalogue's walk comes round
         // again within one), and a detail not while it is a suspect.
         let mut once: std::collections::HashSet<String> =

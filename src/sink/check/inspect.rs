@@ -37,6 +37,37 @@ pub struct Inspected {
 }
 
 impl Sink {
+    /// Up to `n` names drawn at random from the keyspace (`RANDOMKEY`; on a
+    /// cluster from each master in turn). An empty keyspace and names that
+    /// are not UTF-8 give nothing.
+    pub async fn random_keys(&self, n: usize) -> Result<Vec<String>, SinkError> {
+        let err = |source| SinkError::Scan { attempts: 1, source };
+        let replies: Vec<redis::Value> = match &self.conn {
+            crate::sink::RedisConn::Cluster(router) => {
+                let masters = router.masters();
+                let mut replies = Vec::with_capacity(n);
+                for node in masters.iter().cycle().take(if masters.is_empty() { 0 } else { n }) {
+                    replies.push(self.on_node(node, &redis::cmd("RANDOMKEY")).await.map_err(err)?);
+                }
+                replies
+            }
+            _ => {
+                let mut pipe = redis::pipe();
+                for _ in 0..n {
+                    pipe.cmd("RANDOMKEY");
+                }
+                pipe.query_async(&mut self.connection()).await.map_err(err)?
+            }
+        };
+        Ok(replies
+            .into_iter()
+            .filter_map(|v| match v {
+                redis::Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
+                _ => None,
+            })
+            .collect())
+    }
+
     /// Reads the type, TTL and value of each key (two round trips).
     pub async fn inspect(&self, keys: &[String]) -> Result<Vec<Inspected>, SinkError> {
         let err = |source| SinkError::Scan { attempts: 1, source };

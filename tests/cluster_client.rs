@@ -1,10 +1,11 @@
-//! The `redis` crate's own cluster client (`cluster-async`) against the
-//! fail-overs cachewright's router is built for, side by side with the
-//! router, on a real 6-node cluster. An experiment, not part of the
-//! suite: `scripts/cluster-client-check.sh` runs it and prints a table;
-//! ARCHITECTURE.md ("Redis Cluster") records what it found and why the
-//! router stays. Each phase asserts only what the router guarantees; the
-//! crate's figures are measured and printed.
+//! cachewright's router through a paused master, its replica's forced
+//! fail-over, its return and a master restart, on a real 6-node cluster,
+//! with the `redis` crate's own cluster client (`cluster-async`) measured
+//! beside it in the same phases. Each phase asserts what the router
+//! guarantees; the crate's figures are printed (`--nocapture`), and
+//! `scripts/cluster-client-check.sh` gives the crate 60 s a phase instead
+//! of the suite's 15 s. ARCHITECTURE.md ("Redis Cluster") records what it
+//! found and why the router stays.
 
 mod common;
 
@@ -83,8 +84,7 @@ fn show_until(what: &str, router: &Until, krate: &Until) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "an experiment: scripts/cluster-client-check.sh runs it"]
-async fn the_crates_cluster_client_beside_the_router_through_a_paused_master_and_its_fail_over() {
+async fn the_router_through_a_paused_master_and_its_fail_over_beside_the_crates_cluster_client() {
     let cluster = tokio::task::block_in_place(common::servers::RedisCluster::start_with_replicas);
     let cfg = common::config(&common::shared().mongo.uri(), &cluster.url(), &common::unique("clusterclient"));
     let sink = cachewright::sink::Sink::connect(&cfg).await.unwrap();
@@ -119,13 +119,16 @@ async fn the_crates_cluster_client_beside_the_router_through_a_paused_master_and
     common::signal(cluster.nodes[master].pid(), "-STOP");
     let (router_other, krate_other) = (timed_set(&mut router, &on_other).await, timed_set(&mut krate, &on_other).await);
     show("master paused: SET on another master", &router_other, &krate_other);
-    assert!(router_other.is_ok_and(|d| d < Duration::from_secs(2)), "the router serves the healthy masters at once");
+    assert!(router_other.is_ok_and(|d| d < Duration::from_secs(5)), "the router serves the healthy masters at once");
 
     // Its replica takes over by force while it is still paused.
     tokio::task::block_in_place(|| cluster.promote(replica, Some("FORCE")));
     let limit = Duration::from_secs(60);
+    // How long the crate may take to land a write, a phase.
+    let patience = std::env::var("CLUSTER_CLIENT_CRATE_PATIENCE_SECS").ok().and_then(|s| s.parse().ok());
+    let krate_limit = Duration::from_secs(patience.unwrap_or(15));
     let router_moved = until_set(&mut router, &on_paused, limit).await;
-    let krate_moved = until_set(&mut krate, &on_paused, limit).await;
+    let krate_moved = until_set(&mut krate, &on_paused, krate_limit).await;
     show_until("after the forced fail-over: SET on the moved slots until it lands", &router_moved, &krate_moved);
     assert!(router_moved.took.is_some(), "the router reaches the promoted replica");
     let (router_other, krate_other) = (timed_set(&mut router, &on_other).await, timed_set(&mut krate, &on_other).await);
@@ -135,7 +138,7 @@ async fn the_crates_cluster_client_beside_the_router_through_a_paused_master_and
     common::signal(cluster.nodes[master].pid(), "-CONT");
     tokio::task::block_in_place(|| cluster.wait_ok());
     let router_back = until_set(&mut router, &on_paused, limit).await;
-    let krate_back = until_set(&mut krate, &on_paused, limit).await;
+    let krate_back = until_set(&mut krate, &on_paused, krate_limit).await;
     show_until("old master back as a replica: SET on the moved slots", &router_back, &krate_back);
     let (router_other, krate_other) = (timed_set(&mut router, &on_other).await, timed_set(&mut krate, &on_other).await);
     show("old master back: SET on another master", &router_other, &krate_other);
@@ -143,25 +146,20 @@ async fn the_crates_cluster_client_beside_the_router_through_a_paused_master_and
 
     // A master restarted (its process killed and started again, with its
     // data): the case that made the router replace the crate's client.
-    let restarted = cluster.nodes.iter().position(|n| n.port != master_port && n.port != replica).unwrap();
-    let restarted_addr = format!("127.0.0.1:{}", cluster.nodes[restarted].port);
-    let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut plain).await.unwrap();
-    let slots = cachewright::sink::cluster::slot_ranges(&reply, "127.0.0.1").unwrap();
-    if slots.iter().any(|(_, _, m)| *m == restarted_addr) {
-        let on_restarted = key_on(&slots, &restarted_addr, "restarted");
+    // The master of the other keys, untouched by the fail-over above.
+    let restarted = cluster.nodes.iter().position(|n| format!("127.0.0.1:{}", n.port) == other_addr).unwrap();
+    {
+        let on_restarted = on_other.clone();
         let mut cluster = cluster;
         tokio::task::block_in_place(|| cluster.restart(restarted));
         let router_restart = until_set(&mut router, &on_restarted, limit).await;
-        let krate_restart = until_set(&mut krate, &on_restarted, limit).await;
+        let krate_restart = until_set(&mut krate, &on_restarted, krate_limit).await;
         show_until("a master restarted: SET on its slots until it lands", &router_restart, &krate_restart);
-        let after: Vec<_> = [&on_paused, &on_other].iter().map(|k| k.to_string()).collect();
-        for key in after {
-            show(
-                "after the restart: SET on another master",
-                &timed_set(&mut router, &key).await,
-                &timed_set(&mut krate, &key).await,
-            );
-        }
+        show(
+            "after the restart: SET on the fail-over's slots",
+            &timed_set(&mut router, &on_paused).await,
+            &timed_set(&mut krate, &on_paused).await,
+        );
         assert!(router_restart.took.is_some(), "the router reaches the restarted master");
     }
 }

@@ -67,7 +67,7 @@ pub async fn measure(sink: &Sink, keys: &Keys, sample: usize) -> Result<MemoryRe
     let mut families = Vec::new();
     let mut measured: BTreeMap<FamilyId, u64> = BTreeMap::new();
     for family in FamilyId::ALL {
-        let (count, picked) = drawn.remove(family).unwrap_or_default();
+        let (count, picked) = drawn.remove(family).map_or((0, Vec::new()), |r| (r.offered(), r.into_kept()));
         let mut bytes = 0u64;
         for chunk in picked.chunks(200) {
             bytes += sink.memory_usage(chunk).await?.iter().sum::<u64>();

@@ -9,6 +9,7 @@ use crate::plan::{FamilySet, Op, PlanCtx};
 use crate::progress::Progress;
 use crate::rebuild::{Batcher, RunError, plan_ctx, read_catalog};
 use crate::registry::FamilyId;
+use crate::sample::Reservoir;
 use crate::sink::{Difference, Produced, Sink, SinkError, difference, digest, per_video};
 use crate::source::Source;
 use serde::Serialize;
@@ -169,31 +170,6 @@ pub async fn verify(cfg: &Config, opts: VerifyOptions, progress: &Progress) -> R
 /// Extra key names kept for the samples (all are counted).
 const EXTRA_NAMES: usize = 10_000;
 
-/// A uniform random draw of `n` planned keys per family, whatever the
-/// number planned (reservoir sampling: each key replaces a kept one with
-/// probability n / seen).
-struct Draw {
-    n: usize,
-    seen: BTreeMap<FamilyId, u64>,
-    kept: BTreeMap<FamilyId, Vec<Op>>,
-}
-
-impl Draw {
-    fn offer(&mut self, op: &Op) {
-        let seen = self.seen.entry(op.key.family).or_default();
-        *seen += 1;
-        let kept = self.kept.entry(op.key.family).or_default();
-        if kept.len() < self.n {
-            kept.push(op.clone());
-        } else {
-            let at = rand::random_range(0..*seen) as usize;
-            if at < self.n {
-                kept[at] = op.clone();
-            }
-        }
-    }
-}
-
 /// Compares planned keys with what Redis holds (every one as it comes,
 /// or a draw of them at the end) and returns the checks and the digests
 /// of the planned keys that are not per video (the video table answers
@@ -207,7 +183,8 @@ async fn check_planned(
 ) -> Result<(BTreeMap<FamilyId, FamilyCheck>, Produced), SinkError> {
     let mut checks: BTreeMap<FamilyId, FamilyCheck> = BTreeMap::new();
     let mut planned = Produced::default();
-    let mut draw = opts.sample.map(|n| Draw { n, seen: BTreeMap::new(), kept: BTreeMap::new() });
+    // A draw of `n` planned keys per family, whatever the number planned.
+    let mut draw = opts.sample.map(|n| (n, BTreeMap::<FamilyId, Reservoir<Op>>::new()));
     while let Some(ops) = rx.recv().await {
         let mut wanted = Vec::with_capacity(ops.len());
         for op in ops {
@@ -218,14 +195,14 @@ async fn check_planned(
                 continue;
             }
             match &mut draw {
-                Some(draw) => draw.offer(&op),
+                Some((n, draw)) => draw.entry(op.key.family).or_insert_with(|| Reservoir::new(*n)).offer(op),
                 None => wanted.push(op),
             }
         }
         check_ops(sink, &wanted, opts.show, &mut checks, stage).await?;
     }
-    if let Some(draw) = draw {
-        let drawn: Vec<Op> = draw.kept.into_values().flatten().collect();
+    if let Some((_, draw)) = draw {
+        let drawn: Vec<Op> = draw.into_values().flat_map(Reservoir::into_kept).collect();
         check_ops(sink, &drawn, opts.show, &mut checks, stage).await?;
     }
     Ok((checks, planned))

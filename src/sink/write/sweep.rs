@@ -10,6 +10,7 @@
 use crate::keys::Keys;
 use crate::plan::FamilySet;
 use crate::registry::FamilyId;
+use crate::sample::Reservoir;
 use crate::sink::cluster_io::Scanned;
 use crate::sink::{RetryPolicy, SinkError};
 use rayon::prelude::*;
@@ -204,21 +205,16 @@ impl crate::sink::Sink {
         keys: &Keys,
         families: FamilySet,
         draw: usize,
-    ) -> Result<BTreeMap<FamilyId, (u64, Vec<String>)>, SinkError> {
+    ) -> Result<BTreeMap<FamilyId, Reservoir<String>>, SinkError> {
         let glob = format!("{}*", keys.scan_glob_prefix());
-        let mut out: BTreeMap<FamilyId, (u64, Vec<String>)> = BTreeMap::new();
+        let mut out: BTreeMap<FamilyId, Reservoir<String>> = BTreeMap::new();
         self.for_each_key(&glob, |scanned| {
             match scanned {
                 Scanned::Restart => out.clear(),
                 Scanned::Keys(batch) => {
                     for item in file_batch(keys, families, batch, &|_, _, _| Some(false)) {
-                        let Filed::Key(family, key, _) = item else { continue };
-                        let (seen, kept) = out.entry(family).or_default();
-                        *seen += 1;
-                        if kept.len() < draw {
-                            kept.push(key);
-                        } else if let Some(slot) = kept.get_mut(rand::random_range(0..*seen) as usize) {
-                            *slot = key;
+                        if let Filed::Key(family, key, _) = item {
+                            out.entry(family).or_insert_with(|| Reservoir::new(draw)).offer(key);
                         }
                     }
                 }

@@ -64,6 +64,13 @@ impl StatusKeys {
         format!("{}cdc:pending", self.prefix)
     }
 
+    /// Keys the watcher could not write because no live master covered
+    /// their slot (a set of key names): rewritten, and removed, once
+    /// their slot is covered again.
+    pub fn cdc_deferred(&self) -> String {
+        format!("{}cdc:deferred", self.prefix)
+    }
+
     pub fn cdc_resume(&self, collection: &str) -> String {
         format!("{}cdc:resume:{collection}", self.prefix)
     }

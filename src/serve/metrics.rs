@@ -293,6 +293,20 @@ impl Collector for WatchCollector {
             "Scope members the watcher's batch planning read: the members of the scopes the batches touched, and their videos",
             w.visited_videos.load(Ordering::Relaxed),
         )?;
+        gauge(
+            &mut encoder,
+            "watch_deferred_keys",
+            "Keys the watcher could not write because no live master covers their slot; written once it is covered",
+            w.deferred_keys.load(Ordering::Relaxed) as i64,
+        )?;
+        let uncovered: u32 =
+            w.uncovered_slots.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(a, b)| u32::from(b - a) + 1).sum();
+        gauge(
+            &mut encoder,
+            "redis_uncovered_slots",
+            "Redis Cluster slots no live master covered when the watcher last looked",
+            i64::from(uncovered),
+        )?;
         counter(
             &mut encoder,
             "watch_patched_keys",
@@ -379,6 +393,8 @@ mod tests {
             "cachewright_redis_keyspace_hits_total 3",
             "cachewright_changestream_event_lag_seconds_count 1",
             "cachewright_changestream_streaming 0",
+            "cachewright_watch_deferred_keys 0",
+            "cachewright_redis_uncovered_slots 0",
             "cachewright_drift_checked_total{family=\"video:detail\"} 0",
             "cachewright_drift_found_total{family=\"category:all\"} 0",
         ] {

@@ -170,6 +170,7 @@ impl Shared {
                     None => format!("watcher is {state}"),
                 }),
             }
+            problems.extend(self.watch_metrics.coverage_problem());
             let lag = self.watch_metrics.lag_ms.load(Ordering::Relaxed) / 1000;
             if lag > self.cfg.watch_max_lag_seconds {
                 problems.push(format!(

@@ -300,6 +300,25 @@ async fn connect_sentinel(cfg: &Config) -> Result<sentinel::Sentinel, SinkError>
         .map_err(connect_error(cfg))
 }
 
+/// Whether the Redis servers behind `now` (a [`Sink::run_id`]) are those
+/// behind `before`, so nothing they held was lost: one node's `run_id`
+/// is the same, or on a cluster every live master is one that was there
+/// before with the same `run_id`. A master missing from `now` has failed
+/// and its slots are uncovered, which loses nothing yet; when it comes
+/// back restarted, or a replica took its place, that shows.
+pub fn same_servers(before: &str, now: &str) -> bool {
+    let pairs = |text: &str| -> Option<std::collections::HashMap<String, String>> {
+        text.split(',')
+            .filter(|p| !p.is_empty())
+            .map(|p| p.split_once('=').map(|(a, id)| (a.to_string(), id.to_string())))
+            .collect()
+    };
+    match (pairs(before), pairs(now)) {
+        (Some(before), Some(now)) if !now.is_empty() => now.iter().all(|(addr, id)| before.get(addr) == Some(id)),
+        _ => before == now,
+    }
+}
+
 fn timed_out() -> redis::RedisError {
     redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, "connection timed out"))
 }
@@ -655,5 +674,22 @@ impl Sink {
     /// `used_memory` from INFO memory, in bytes.
     pub async fn used_memory(&self) -> Result<u64, SinkError> {
         Ok(self.info_field("memory", "used_memory").await?.and_then(|v| v.parse().ok()).unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_servers;
+
+    #[test]
+    fn a_failed_master_is_no_restart_but_a_new_run_id_is() {
+        assert!(same_servers("abc", "abc"));
+        assert!(!same_servers("abc", "abd"));
+        let before = "127.0.0.1:7000=a,127.0.0.1:7001=b,127.0.0.1:7002=c";
+        assert!(same_servers(before, before));
+        assert!(same_servers(before, "127.0.0.1:7000=a,127.0.0.1:7002=c"), "7001 failed: its slots are uncovered");
+        assert!(!same_servers(before, "127.0.0.1:7000=a,127.0.0.1:7001=z,127.0.0.1:7002=c"), "7001 restarted");
+        assert!(!same_servers(before, "127.0.0.1:7000=a,127.0.0.1:7003=d,127.0.0.1:7002=c"), "a replica took over");
+        assert!(!same_servers(before, ""), "no master answers");
     }
 }

@@ -176,29 +176,41 @@ impl Drift {
     /// contract's, and for an active video's detail, which only its
     /// document can judge.
     pub fn judge_existing(&mut self, state: &State, ctx: &PlanCtx, key: &str) -> Option<Expected> {
-        let (family, args) = ctx.keys.parse(key)?;
-        if !ctx.families.contains(family) {
-            return None;
-        }
-        let extra = || Expected { key: Key { family, text: key.to_string() }, want: None };
-        let scope = Registry::get().family(family).scope.as_slice();
-        let planned = match scope {
-            [Scope::Global] => {
-                let planned = self.catalog.get_or_insert_with(|| catalog_keys(state, ctx));
-                planned.get(&family).into_iter().flatten().cloned().collect()
-            }
-            [Scope::Video] if family == FamilyId::VideoDetail => {
-                return state.detail_probe(args.first()?).is_none().then(extra);
-            }
-            [Scope::Video] => scope_keys(state, ctx, family, Scope::Video, args.first()?),
-            _ => {
-                let kind = if scope.contains(&Scope::Tag) { Scope::Tag } else { scope[0] };
-                let at = scope.iter().position(|s| *s == kind)?;
-                scope_keys(state, ctx, family, kind, args.get(at)?)
-            }
-        };
-        Some(planned.into_iter().find(|e| e.key.text == key).unwrap_or_else(extra))
+        judge_key(state, ctx, key, &mut self.catalog)
     }
+}
+
+/// What `key` should hold now, when it is one of the selected families
+/// (see [`Drift::judge_existing`]); `catalog` caches the catalogue
+/// families' keys between calls on one state.
+pub fn judge_key(
+    state: &State,
+    ctx: &PlanCtx,
+    key: &str,
+    catalog: &mut Option<HashMap<FamilyId, Vec<Expected>>>,
+) -> Option<Expected> {
+    let (family, args) = ctx.keys.parse(key)?;
+    if !ctx.families.contains(family) {
+        return None;
+    }
+    let extra = || Expected { key: Key { family, text: key.to_string() }, want: None };
+    let scope = Registry::get().family(family).scope.as_slice();
+    let planned = match scope {
+        [Scope::Global] => {
+            let planned = catalog.get_or_insert_with(|| catalog_keys(state, ctx));
+            planned.get(&family).into_iter().flatten().cloned().collect()
+        }
+        [Scope::Video] if family == FamilyId::VideoDetail => {
+            return state.detail_probe(args.first()?).is_none().then(extra);
+        }
+        [Scope::Video] => scope_keys(state, ctx, family, Scope::Video, args.first()?),
+        _ => {
+            let kind = if scope.contains(&Scope::Tag) { Scope::Tag } else { scope[0] };
+            let at = scope.iter().position(|s| *s == kind)?;
+            scope_keys(state, ctx, family, kind, args.get(at)?)
+        }
+    };
+    Some(planned.into_iter().find(|e| e.key.text == key).unwrap_or_else(extra))
 }
 
 /// The written id of a video in the walk's `at`-th slot, or the next

@@ -59,7 +59,10 @@ impl Engine<'_> {
                 biased;
                 _ = shutdown.as_mut() => return Ok(None),
                 item = rx.recv() => item,
-                _ = tick.tick(), if drift.is_some() => {
+                _ = tick.tick(), if drift.is_some() || !state.deferred.is_empty() => {
+                    if !state.deferred.is_empty() {
+                        self.retry_deferred(state).await?;
+                    }
                     if let Some(drift) = drift.as_mut() {
                         self.check_drift(state, drift).await?;
                     }
@@ -83,7 +86,7 @@ impl Engine<'_> {
             }
             // A Redis that restarted without persistence lost every key
             // this process wrote: only a rebuild brings them back.
-            if self.sink.run_id().await? != redis_run_id {
+            if !crate::sink::same_servers(redis_run_id, &self.sink.run_id().await?) {
                 return Ok(Some(Restart::Rebuild("Redis restarted and lost its keys".into())));
             }
             let started = Instant::now();
@@ -216,10 +219,17 @@ impl Engine<'_> {
         };
         let view = plan::RedisView { categories, details };
         let read = started.elapsed();
-        let plan = off_runtime(|| plan::plan_batch(state, &applied, &view, self.ctx));
+        let mut plan = off_runtime(|| plan::plan_batch(state, &applied, &view, self.ctx));
         let planned = started.elapsed();
         self.metrics.visited(plan.visited);
         let budget = self.sink.tx_budget(self.cfg);
+        let deferred = match self.defer_uncovered(state, &mut plan).await {
+            Ok(deferred) => deferred,
+            Err(err) => {
+                state.abort(applied, &self.ctx.keys, &plan.record);
+                return Err(err.into());
+            }
+        };
         let written = async {
             for step in super::protocol::steps(&plan, budget, state.catching_up) {
                 match step {
@@ -248,6 +258,10 @@ impl Engine<'_> {
                 self.metrics.patched_keys.fetch_add(patched as u64, std::sync::atomic::Ordering::Relaxed);
                 let videos: Vec<String> = applied.videos.keys().cloned().collect();
                 state.commit(applied, &self.ctx.keys, &plan.record);
+                // Not written: held with unknown contents until rewritten.
+                for key in &deferred {
+                    state.existing.insert(&self.ctx.keys, key, None);
+                }
                 Ok(videos)
             }
             Err(err) => {
@@ -261,9 +275,9 @@ impl Engine<'_> {
     /// compares them with Redis, and rewrites those that differ through
     /// the fenced writer. Runs only between batches, and not while the
     /// state is ahead of the cache (catching up) or a failed batch's
-    /// scopes are pending.
+    /// scopes are pending or keys deferred.
     async fn check_drift(&self, state: &mut State, drift: &mut Drift) -> Result<(), WatchError> {
-        if state.catching_up || !state.dirty.is_empty() || !self.metrics.is_streaming() {
+        if state.catching_up || !state.dirty.is_empty() || !state.deferred.is_empty() || !self.metrics.is_streaming() {
             return Ok(());
         }
         let n = drift.due();
@@ -354,7 +368,7 @@ impl Engine<'_> {
     }
 
     /// Reads video documents by `_id`, keyed by it.
-    async fn read_documents(
+    pub(super) async fn read_documents(
         &self,
         ids: Vec<Bson>,
     ) -> Result<HashMap<model::IdKey, mongodb::bson::RawDocumentBuf>, SourceError> {
@@ -382,7 +396,7 @@ impl Engine<'_> {
 
     /// Writes runs of changes that may land in any order, as many at once
     /// as the rebuild writes batches.
-    async fn apply_runs(&self, runs: Vec<&[Change]>) -> Result<(), SinkError> {
+    pub(super) async fn apply_runs(&self, runs: Vec<&[Change]>) -> Result<(), SinkError> {
         use futures::{StreamExt, TryStreamExt};
         // Collected first: a lazy map over borrowed runs trips the
         // compiler's `Send` check where the watcher is spawned.

@@ -85,5 +85,7 @@ pub(super) async fn load_tokens(
 }
 
 pub(super) async fn clear_tokens(sink: &Sink, status: &StatusKeys, cfg: &Config) -> Result<(), WatchError> {
-    Ok(sink.clear_tokens(status, &collection_names(cfg)).await?)
+    sink.clear_tokens(status, &collection_names(cfg)).await?;
+    // A full rebuild follows, which writes every key.
+    Ok(sink.unlink(&[status.cdc_deferred()]).await?)
 }

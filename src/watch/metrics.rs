@@ -50,6 +50,16 @@ pub struct WatchMetrics {
     /// Documents rejected and events unusable while streaming, by
     /// collection and reason, with a few sample ids.
     pub problems: std::sync::Mutex<Problems>,
+    /// Keys waiting for their slot to be covered (see `watch::deferred`).
+    pub deferred_keys: AtomicU64,
+    /// The Redis Cluster slots no live master covered when last seen.
+    pub uncovered_slots: std::sync::Mutex<Vec<(u16, u16)>>,
+}
+
+/// Slot ranges as `0-5460,10923` (one slot alone without a dash).
+pub fn slot_ranges_text(ranges: &[(u16, u16)]) -> String {
+    let each = ranges.iter().map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") });
+    each.collect::<Vec<_>>().join(",")
 }
 
 /// The lag histogram, bucketed around the watcher's 200 ms window: a
@@ -80,6 +90,28 @@ fn now_ms() -> u64 {
 impl WatchMetrics {
     pub fn is_streaming(&self) -> bool {
         self.streaming.load(Ordering::Relaxed)
+    }
+
+    /// Records which slots were uncovered and how many keys wait for them.
+    pub fn coverage(&self, uncovered: &[(u16, u16)], deferred: usize) {
+        *self.uncovered_slots.lock().unwrap_or_else(|e| e.into_inner()) = uncovered.to_vec();
+        self.deferred_keys.store(deferred as u64, Ordering::Relaxed);
+    }
+
+    /// Why the cache is not being kept whole, when slots have no master or
+    /// keys still wait for theirs.
+    pub fn coverage_problem(&self) -> Option<String> {
+        let uncovered = self.uncovered_slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let waiting = self.deferred_keys.load(Ordering::Relaxed);
+        match (uncovered.is_empty(), waiting) {
+            (true, 0) => None,
+            (true, n) => Some(format!("{n} deferred keys are being written now that their slots are covered")),
+            (false, n) => Some(format!(
+                "Redis Cluster slots {} have no live master: {n} keys wait for them (the other slots are kept \
+                 current); fail the master over to a replica or bring it back",
+                slot_ranges_text(&uncovered)
+            )),
+        }
     }
 
     /// Counts a problem by collection and reason (a fixed label), keeping
@@ -204,6 +236,8 @@ impl WatchMetrics {
             "rejected": load(&self.rejected),
             "problems": self.problems_json(),
             "lag_ms": load(&self.lag_ms),
+            "deferred_keys": load(&self.deferred_keys),
+            "uncovered_slots": slot_ranges_text(&self.uncovered_slots.lock().unwrap_or_else(|e| e.into_inner())),
             "last_event_age_s": self.last_event_age(),
         })
     }
@@ -234,6 +268,19 @@ mod tests {
         m.applied([0; 4], 0, Duration::ZERO);
         assert_eq!(m.lag_ms.load(Ordering::Relaxed), 0, "caught up: no lag");
         assert_eq!(m.batches.load(Ordering::Relaxed), 1, "an idle batch is not counted");
+    }
+
+    #[test]
+    fn uncovered_slots_are_named_until_their_keys_are_written() {
+        let m = WatchMetrics::default();
+        assert_eq!(m.coverage_problem(), None);
+        m.coverage(&[(5461, 10922), (16383, 16383)], 12);
+        let problem = m.coverage_problem().unwrap();
+        assert!(problem.contains("slots 5461-10922,16383 have no live master: 12 keys wait"), "{problem}");
+        m.coverage(&[], 3);
+        assert!(m.coverage_problem().unwrap().starts_with("3 deferred keys"));
+        m.coverage(&[], 0);
+        assert_eq!(m.coverage_problem(), None);
     }
 
     #[test]

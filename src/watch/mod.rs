@@ -19,9 +19,11 @@
 //! applies batches; `state`, `members` and `compact` are the state;
 //! `plan` is the pure batch planner (`delta` its patches) and `protocol`
 //! the order in which a batch's writes reach Redis; `drift` draws the
-//! keys the continuous drift check compares between batches.
+//! keys the continuous drift check compares between batches; `deferred`
+//! writes on around slots a degraded cluster does not cover.
 
 mod batch;
+pub mod deferred;
 pub mod delta;
 pub mod drift;
 mod engine;
@@ -244,6 +246,7 @@ pub async fn run_fenced(
                 // now, what the watcher writes stays pending, as after a
                 // load.
                 kept.dirty.extend(&state::Scopes::from_members(sink.members(&status.cdc_pending()).await?));
+                kept.deferred.extend(sink.members(&status.cdc_deferred()).await?);
                 kept.catching_up = true;
                 catch_up = CatchUp::until(source.cluster_time().await?);
                 tracing::info!(videos = kept.video_count(), "watcher state kept; streaming from its tokens");
@@ -279,6 +282,7 @@ pub async fn run_fenced(
                 let loaded_at = source.cluster_time().await?;
                 loaded.existing = existing?;
                 loaded.dirty = state::Scopes::from_members(sink.members(&status.cdc_pending()).await?);
+                loaded.deferred = sink.members(&status.cdc_deferred()).await?.into_iter().collect();
                 let run_id = sink.run_id().await?;
                 tracing::info!(
                     videos = loaded.video_count(),

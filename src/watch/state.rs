@@ -274,6 +274,9 @@ pub struct State {
     /// recomputes them whole. Mirrored in Redis (`cdc:pending`) so that a
     /// restart knows them too.
     pub dirty: Scopes,
+    /// Keys a batch could not write because no live master covered their
+    /// slot (see [`super::deferred`]). Mirrored in Redis (`cdc:deferred`).
+    pub deferred: BTreeSet<String>,
     /// After a load the documents are ahead of the streams, which replay
     /// changes the load already saw. Until every stream has passed the
     /// load, keys planned from this state may name versions the replay
@@ -361,6 +364,7 @@ impl State {
             existing: Existing::default(),
             members: Members::default(),
             dirty: Scopes::default(),
+            deferred: BTreeSet::new(),
             catching_up: true,
             replayed: true,
         };

@@ -68,10 +68,28 @@ impl Sink {
     /// script's arguments stay far below what Lua can unpack), one atomic
     /// step each; all of them land before any of the batch's writes.
     pub async fn add_pending(&self, keys: &StatusKeys, members: &[String]) -> Result<(), SinkError> {
-        // One key: one unit's share, on a cluster too.
+        self.edit_set("SADD", &keys.cdc_pending(), members).await
+    }
+
+    /// Records keys the watcher could not write because no master covers
+    /// their slot (`cdc:deferred`), before the writes that skip them.
+    pub async fn add_deferred(&self, keys: &StatusKeys, members: &[String]) -> Result<(), SinkError> {
+        self.edit_set("SADD", &keys.cdc_deferred(), members).await
+    }
+
+    /// Forgets deferred keys once they are written.
+    pub async fn remove_deferred(&self, keys: &StatusKeys, members: &[String]) -> Result<(), SinkError> {
+        self.edit_set("SREM", &keys.cdc_deferred(), members).await
+    }
+
+    /// `SADD` or `SREM` of many members of one control set, as commands
+    /// that each fit the transaction budget (one key: one unit's share,
+    /// on a cluster too, where a script's arguments then stay far below
+    /// what Lua can unpack).
+    async fn edit_set(&self, command: &str, set: &str, members: &[String]) -> Result<(), SinkError> {
         for chunk in pending_chunks(members, self.unit_cost) {
             let mut pipe = redis::pipe();
-            pipe.atomic().cmd("SADD").arg(keys.cdc_pending()).arg(chunk).ignore();
+            pipe.atomic().cmd(command).arg(set).arg(chunk).ignore();
             self.send(pipe).await?;
         }
         Ok(())
@@ -85,6 +103,11 @@ impl Sink {
 
     /// Writes the heartbeat `health:current` (60 s TTL).
     pub async fn heartbeat(&self, keys: &StatusKeys, body: &serde_json::Value) -> Result<(), SinkError> {
+        // Not while its slot has no master: the writer would wait out the
+        // retries of a beat that cannot land.
+        if !self.covers(keys.health().as_bytes()) {
+            return Ok(());
+        }
         let mut pipe = redis::pipe();
         pipe.atomic().cmd("SET").arg(keys.health()).arg(body.to_string()).arg("EX").arg(60).ignore();
         self.send(pipe).await
@@ -167,10 +190,17 @@ impl Sink {
         if ids.is_empty() {
             return Ok((categories, details));
         }
+        // A key in a slot no master covers reads as absent: the watcher
+        // then goes by its own state, and the key is deferred anyway.
         let mut pipe = redis::pipe();
         for w in &ids {
-            pipe.cmd("SMEMBERS").arg(keys.key(FamilyId::VideoCategories, &[w]).text);
-            pipe.cmd("GET").arg(keys.key(FamilyId::VideoDetail, &[w]).text);
+            for (family, command) in [(FamilyId::VideoCategories, "SMEMBERS"), (FamilyId::VideoDetail, "GET")] {
+                let key = keys.key(family, &[w]).text;
+                match self.covers(key.as_bytes()) {
+                    true => pipe.cmd(command).arg(key),
+                    false => pipe.cmd("ECHO").arg(""),
+                };
+            }
         }
         let mut conn = self.connection();
         let replies: Vec<redis::Value> =

@@ -380,6 +380,24 @@ pub fn slot_ranges(reply: &redis::Value, default_host: &str) -> Option<Vec<(u16,
     Some(out)
 }
 
+/// The node id of each range's master in a `CLUSTER SLOTS` reply, in
+/// the order of [`slot_ranges`] (`None` where the reply has none).
+pub fn slot_range_ids(reply: &redis::Value) -> Vec<Option<String>> {
+    let redis::Value::Array(ranges) = reply else { return Vec::new() };
+    ranges
+        .iter()
+        .map(|range| match range {
+            redis::Value::Array(fields) => match fields.get(2) {
+                Some(redis::Value::Array(master)) => {
+                    master.get(2).and_then(|id| redis::from_redis_value::<String>(id.clone()).ok())
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
 /// Parses a `CLUSTER SLOTS` reply into a [`Layout`].
 pub fn parse_slots(reply: &redis::Value) -> Option<Layout> {
     let mut layout = Layout::default();
@@ -392,6 +410,24 @@ pub fn parse_slots(reply: &redis::Value) -> Option<Layout> {
     layout.masters.sort();
     layout.ranges.sort();
     Some(layout)
+}
+
+/// The ids of the nodes `CLUSTER NODES` flags as failed by the cluster's
+/// agreement (`fail`; a `fail?` is one node's suspicion only). A failed
+/// master's slots stay assigned to it until a replica takes over or an
+/// operator moves them, so `CLUSTER SLOTS` still names it: with no replica
+/// (or `cluster-require-full-coverage no`), those slots have nobody to
+/// write to.
+pub fn failed_nodes(cluster_nodes: &str) -> Vec<String> {
+    cluster_nodes
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let id = fields.next()?;
+            let flags = fields.nth(1)?;
+            flags.split(',').any(|f| f == "fail").then(|| id.to_string())
+        })
+        .collect()
 }
 
 /// Whether a node's `CLUSTER NODES` line for itself shows a slot being
@@ -543,6 +579,15 @@ mod tests {
         assert_eq!(layout.masters.len(), 3);
         assert_eq!(layout.masters[0], "127.0.0.1:7000");
         assert_eq!(layout.ranges[0], "0-5460@127.0.0.1:7000");
+    }
+
+    #[test]
+    fn failed_masters_are_those_the_cluster_agreed_on() {
+        let nodes = "abc 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460\n\
+                     def 127.0.0.1:7001@17001 master,fail - 0 0 2 disconnected 5461-10922\n\
+                     ghi 127.0.0.1:7002@17002 master,fail? - 0 0 3 connected 10923-16383\n";
+        assert_eq!(failed_nodes(nodes), vec!["def".to_string()]);
+        assert!(failed_nodes("").is_empty());
     }
 
     #[test]

@@ -18,6 +18,12 @@ const COPIES_PER_SCRIPT: usize = 256;
 /// How long a scan waits for moving slots to settle before it gives up.
 const SETTLE_WAIT: Duration = Duration::from_secs(120);
 const SETTLE_PAUSE: Duration = Duration::from_millis(250);
+/// Rounds of raising the epoch copies per master while a master does not
+/// answer, and the pause between them: about the default
+/// `cluster-node-timeout` (15 s), after which the cluster has flagged a
+/// dead master failed and its slots count as uncovered.
+const ARM_ROUNDS: u32 = 16;
+const ARM_PAUSE: Duration = Duration::from_secs(1);
 
 static WRITE_SHA: LazyLock<String> = LazyLock::new(|| redis::Script::new(WRITE_SCRIPT).get_hash().to_string());
 static RAISE_SHA: LazyLock<String> = LazyLock::new(|| redis::Script::new(RAISE_SCRIPT).get_hash().to_string());
@@ -318,47 +324,86 @@ impl Sink {
             .map_err(|(attempts, source)| SinkError::Write { attempts, source })
     }
 
-    /// Raises the epoch's copy in all 16384 slots to `fence`'s epoch,
+    /// Raises the epoch's copy in every covered slot to `fence`'s epoch,
     /// before the new writer's first write: a few hundred copies per
-    /// script, one pipeline per master, the masters in parallel. A copy
-    /// whose slot moved meanwhile (or any other refusal) is then raised on
-    /// its own, following the cluster.
+    /// script, one pipeline per master, the masters in parallel. A few
+    /// copies a master refused (a slot moved or moving) are then raised
+    /// one by one, following the cluster; many (a master that stopped
+    /// answering) are tried again per master after a fresh slot map, until
+    /// the cluster flags that master failed.
+    ///
+    /// A slot no live master covers keeps its old copy: the writer's
+    /// first write there, once it is covered again, finds the copy behind
+    /// and raises it first (see `send_part`), so nothing older lands after
+    /// it. Until then nobody can write there at all.
     pub(in crate::sink) async fn raise_epoch_copies(&self, fence: &Fence) -> Result<(), SinkError> {
         let RedisConn::Cluster(router) = &self.conn else { return Ok(()) };
         let epoch_now = fence.epoch();
         let epoch = epoch_now.to_string();
-        let every_slot: Vec<u16> = (0..cluster::SLOTS as u16).collect();
-        // A slot no master covers is left to the one-by-one path below.
-        let (by_master, uncovered) = router.by_master(every_slot, |slot| *slot);
-        let chunks = by_master
-            .into_iter()
-            .map(|(addr, slots)| (addr, slots.chunks(COPIES_PER_SCRIPT).map(<[u16]>::to_vec).collect()))
-            .collect();
-        // Raising a copy is idempotent and only ever raises: a late one
-        // does no harm, so the fate of a lost reply does not matter here.
-        let (sent, _) = self
-            .per_master_pipelines(router, chunks, |slots: &Vec<u16>| {
-                let mut cmd = redis::cmd("EVAL");
-                cmd.arg(RAISE_GROUP_SCRIPT).arg(0).arg(&epoch);
-                for slot in slots {
-                    cmd.arg(crate::keys::status::epoch_copy_key(&self.status_prefix, *slot));
+        let mut left: Vec<u16> = (0..cluster::SLOTS as u16).collect();
+        let mut skipped = 0;
+        for round in 0..ARM_ROUNDS {
+            if round > 0 {
+                tokio::time::sleep(ARM_PAUSE).await;
+                let _ = router.refresh().await;
+            }
+            let (by_master, uncovered) = router.by_master(std::mem::take(&mut left), |slot| *slot);
+            skipped = uncovered.len();
+            let chunks = by_master
+                .into_iter()
+                .map(|(addr, slots)| (addr, slots.chunks(COPIES_PER_SCRIPT).map(<[u16]>::to_vec).collect()))
+                .collect();
+            // Raising a copy is idempotent and only ever raises: a late
+            // one does no harm, so the fate of a lost reply does not
+            // matter here.
+            let (sent, _) = self
+                .per_master_pipelines(router, chunks, |slots: &Vec<u16>| {
+                    let mut cmd = redis::cmd("EVAL");
+                    cmd.arg(RAISE_GROUP_SCRIPT).arg(0).arg(&epoch);
+                    for slot in slots {
+                        cmd.arg(crate::keys::status::epoch_copy_key(&self.status_prefix, *slot));
+                    }
+                    cmd
+                })
+                .await;
+            for (slots, reply) in sent {
+                match reply.map(redis::from_redis_value::<Vec<usize>>) {
+                    Some(Ok(positions)) => left.extend(
+                        positions.into_iter().filter_map(|p| p.checked_sub(1).and_then(|i| slots.get(i)).copied()),
+                    ),
+                    _ => left.extend(slots),
                 }
-                cmd
-            })
-            .await;
-        let mut left = uncovered;
-        for (slots, reply) in sent {
-            match reply.map(redis::from_redis_value::<Vec<usize>>) {
-                Some(Ok(positions)) => left
-                    .extend(positions.into_iter().filter_map(|p| p.checked_sub(1).and_then(|i| slots.get(i)).copied())),
-                _ => left.extend(slots),
+            }
+            if left.len() <= PARTS_IN_FLIGHT {
+                break;
             }
         }
+        if left.len() > PARTS_IN_FLIGHT {
+            return Err(SinkError::Cluster(format!(
+                "{} slots' epoch copies could not be raised: their master neither answers nor is flagged \
+                 failed by the cluster; check CLUSTER NODES",
+                left.len()
+            )));
+        }
         futures::stream::iter(left)
-            .map(|slot| self.raise_copy(epoch_now, slot))
+            .map(|slot| async move {
+                match self.raise_copy(epoch_now, slot).await {
+                    Err(_) if router.owner(Some(slot)).is_none() => Ok(1),
+                    other => other.map(|()| 0),
+                }
+            })
             .buffer_unordered(PARTS_IN_FLIGHT)
-            .try_collect::<Vec<()>>()
+            .try_for_each(|n| {
+                skipped += n;
+                futures::future::ready(Ok(()))
+            })
             .await?;
+        if skipped > 0 {
+            tracing::warn!(
+                slots = skipped,
+                "slots without a live master keep their old epoch copy; the first write to each, once covered, raises it"
+            );
+        }
         Ok(())
     }
 
@@ -405,15 +450,56 @@ impl Sink {
         self.text_of_each(&router.masters(), &cmd).await
     }
 
-    /// Every master's `run_id`, in address order (the watcher checks this
-    /// before every batch).
+    /// Every live master's address and `run_id`, in address order
+    /// (`addr=run_id,…`; the watcher checks this before every batch, see
+    /// [`crate::sink::same_servers`]).
     pub(in crate::sink) async fn cluster_run_ids(&self, router: &Router) -> Result<String, SinkError> {
-        let infos = self.info_of_masters(router, &["server"]).await?;
-        Ok(infos
+        let mut masters = router.masters();
+        let info = redis::cmd("INFO").arg("server").clone();
+        // A master that stopped answering may have been flagged failed
+        // since the map was read: read it again, then ask the live ones.
+        let infos = match self.text_of_each(&masters, &info).await {
+            Ok(infos) => infos,
+            Err(_) => {
+                let _ = router.refresh().await;
+                masters = router.masters();
+                self.text_of_each(&masters, &info).await?
+            }
+        };
+        Ok(masters
             .iter()
-            .map(|info| crate::sink::info_value(info, "run_id").unwrap_or_default())
+            .zip(&infos)
+            .map(|(addr, info)| format!("{addr}={}", crate::sink::info_value(info, "run_id").unwrap_or_default()))
             .collect::<Vec<_>>()
             .join(","))
+    }
+
+    /// The slots no live master covers now, as ranges: empty but on a
+    /// cluster that lost a master with no replica to take over (or has
+    /// slots unassigned). Writes there are refused until it is covered.
+    pub fn uncovered_slots(&self) -> Vec<(u16, u16)> {
+        match &self.conn {
+            RedisConn::Cluster(router) => router.uncovered(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether a live master covers `key`'s slot (always, but on a
+    /// cluster).
+    pub fn covers(&self, key: &[u8]) -> bool {
+        match &self.conn {
+            RedisConn::Cluster(router) => router.owner(Some(cluster::slot(key))).is_some(),
+            _ => true,
+        }
+    }
+
+    /// Reads a cluster's slot map again (a master flagged failed, or back).
+    pub async fn refresh_topology(&self) {
+        if let RedisConn::Cluster(router) = &self.conn
+            && let Err(err) = router.refresh().await
+        {
+            tracing::debug!(error = %err, "could not read the cluster's slot map");
+        }
     }
 
     /// `INFO` of the given sections from every master, numeric fields

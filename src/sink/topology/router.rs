@@ -183,15 +183,30 @@ impl Router {
         candidates.dedup();
         let mut error = None;
         for addr in candidates {
+            // The slots and, from the same node, which masters the
+            // cluster agreed have failed: their slots count as uncovered.
             let reply = match self.conn(&addr).await {
-                Ok(mut conn) => redis::cmd("CLUSTER").arg("SLOTS").query_async::<Value>(&mut conn).await,
+                Ok(mut conn) => {
+                    redis::pipe()
+                        .cmd("CLUSTER")
+                        .arg("SLOTS")
+                        .cmd("CLUSTER")
+                        .arg("NODES")
+                        .query_async::<(Value, String)>(&mut conn)
+                        .await
+                }
                 Err(err) => Err(err),
             };
             match reply {
-                Ok(reply) => {
+                Ok((reply, nodes)) => {
                     let Some(ranges) = cluster::slot_ranges(&reply, cluster::addr_host(&addr)) else { continue };
+                    let failed = cluster::failed_nodes(&nodes);
+                    let ids = cluster::slot_range_ids(&reply);
                     let mut map = SlotMap { nodes: Vec::new(), owners: vec![None; cluster::SLOTS] };
-                    for (start, end, node) in ranges {
+                    for (i, (start, end, node)) in ranges.into_iter().enumerate() {
+                        if ids.get(i).and_then(Option::as_ref).is_some_and(|id| failed.contains(id)) {
+                            continue;
+                        }
                         let index = match map.nodes.iter().position(|n| *n == node) {
                             Some(i) => i,
                             None => {
@@ -243,11 +258,18 @@ impl Router {
         (grouped, uncovered)
     }
 
-    /// The masters, in address order.
+    /// The masters that cover slots, in address order.
     pub fn masters(&self) -> Vec<String> {
         let mut nodes = self.map.read().unwrap_or_else(|e| e.into_inner()).nodes.clone();
         nodes.sort();
         nodes
+    }
+
+    /// The slots no live master covers by the current map (unassigned, or
+    /// their master failed with no replica to take over), as ranges.
+    pub fn uncovered(&self) -> Vec<(u16, u16)> {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        slot_runs(map.owners.iter().map(Option::is_none))
     }
 
     /// Sends a plain pipeline to the node at `addr` in one round trip;
@@ -355,6 +377,20 @@ impl Router {
     }
 }
 
+/// The runs of `true` in a per-slot sequence, as inclusive ranges.
+fn slot_runs(flags: impl Iterator<Item = bool>) -> Vec<(u16, u16)> {
+    let mut runs: Vec<(u16, u16)> = Vec::new();
+    for (slot, flag) in flags.enumerate() {
+        let slot = slot as u16;
+        match runs.last_mut() {
+            Some((_, end)) if flag && *end + 1 == slot => *end = slot,
+            _ if flag => runs.push((slot, slot)),
+            _ => {}
+        }
+    }
+    runs
+}
+
 fn is_script_load(cmd: &Cmd) -> bool {
     let args = cluster::cmd_args(cmd);
     args.len() >= 2 && args[0].eq_ignore_ascii_case(b"SCRIPT") && args[1].eq_ignore_ascii_case(b"LOAD")
@@ -398,6 +434,15 @@ mod tests {
         assert_eq!(reaction(&reset), Reaction::WaitAndRefresh);
         assert_eq!(reaction(&server(ServerErrorKind::NoScript)), Reaction::GiveUp);
         assert_eq!(reaction(&redis::RedisError::from((ErrorKind::Client, "bad"))), Reaction::GiveUp);
+    }
+
+    #[test]
+    fn uncovered_slots_come_as_ranges() {
+        fn flags(set: &[u16]) -> impl Iterator<Item = bool> + '_ {
+            (0..10u16).map(move |s| set.contains(&s))
+        }
+        assert_eq!(slot_runs(flags(&[])), vec![]);
+        assert_eq!(slot_runs(flags(&[0, 1, 2, 5, 9])), vec![(0, 2), (5, 5), (9, 9)]);
     }
 
     #[test]

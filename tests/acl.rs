@@ -5,7 +5,7 @@
 
 mod common;
 
-use cachewright::config::{Config, RawConfig};
+use cachewright::config::Config;
 use cachewright::serve::{ServeOptions, schedule};
 use common::servers::Redis;
 use std::time::Duration;
@@ -34,17 +34,7 @@ fn config_as_user(redis: &Redis, name: &str) -> Config {
 }
 
 fn config_at_port(port: u16, name: &str) -> Config {
-    let mongo = &common::shared().mongo;
-    Config::from_raw(RawConfig {
-        mongodb_uri: Some(mongo.uri()),
-        mongodb_db: Some(name.to_string()),
-        redis_url: Some(format!("redis://cw:{PASSWORD}@127.0.0.1:{port}")),
-        prefix: Some(format!("{name}:")),
-        status_prefix: Some(format!("cw-{name}:")),
-        home_limit: Some(3),
-        ..RawConfig::default()
-    })
-    .unwrap()
+    common::TestEnv::named(name).redis(&format!("redis://cw:{PASSWORD}@127.0.0.1:{port}")).config()
 }
 
 fn cli(cfg: &Config, args: &[&str]) -> std::process::Output {
@@ -80,7 +70,7 @@ async fn rebuild_verify_watch_and_serve_run_as_the_least_privileged_user() {
 
     // The watcher applies a change under the same user.
     let watcher = common::watcher::start_streaming(&cfg).await;
-    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let tags = source.database().collection::<mongodb::bson::Document>("Tag");
     tags.insert_one(mongodb::bson::doc! { "_id": mongodb::bson::oid::ObjectId::new(), "name": "acl-tag" })
         .await
@@ -206,7 +196,7 @@ async fn a_dry_run_needs_only_the_read_permissions() {
 async fn an_eviction_policy_that_may_evict_any_key_is_refused_unless_allowed() {
     let name = common::unique("evict");
     let redis = Redis::start_with(["--maxmemory-policy", "allkeys-lru"].map(String::from).to_vec());
-    let cfg = common::config(&common::shared().mongo.uri(), &redis.url(), &name);
+    let cfg = common::TestEnv::named(&name).redis(&redis.url()).config();
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     let run = |allow: Option<&str>| {
         let mut cmd = common::cachewright(&cfg);

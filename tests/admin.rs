@@ -18,7 +18,7 @@ fn all() -> RebuildOptions {
 /// Legacy, mixed and already-migrated videos, plus categories and tags
 /// that still carry `channelId`.
 async fn load_mixed(cfg: &cachewright::config::Config, legacy_videos: usize) {
-    let source = cachewright::source::Source::connect(cfg).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let db = source.database();
     let c = &cfg.collections;
     for name in [&c.channel, &c.category, &c.tag, &c.video] {
@@ -55,7 +55,7 @@ async fn load_mixed(cfg: &cachewright::config::Config, legacy_videos: usize) {
 }
 
 async fn videos(cfg: &cachewright::config::Config) -> Vec<Document> {
-    let source = cachewright::source::Source::connect(cfg).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let coll = source.database().collection::<Document>(&cfg.collections.video);
     let mut docs: Vec<Document> = coll.find(doc! {}).await.unwrap().try_collect().await.unwrap();
     docs.sort_by_key(|d| format!("{:?}", d.get("_id")));
@@ -66,9 +66,9 @@ async fn videos(cfg: &cachewright::config::Config) -> Vec<Document> {
 async fn migrate_folds_legacy_ids_once_and_resumes_after_a_kill() {
     let s = common::shared();
     let name = common::unique("migrate");
-    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    let cfg = common::TestEnv::named(&name).config();
     load_mixed(&cfg, 3000).await;
-    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let db = source.database();
 
     let dry = migrate::migrate(db, &cfg.collections, 100, true, &Progress::hidden()).await.unwrap();
@@ -88,13 +88,11 @@ async fn migrate_folds_legacy_ids_once_and_resumes_after_a_kill() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    for _ in 0..400 {
-        let left = videos(&cfg).await.iter().filter(|d| d.contains_key("categoryId")).count();
-        if left < 2900 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    let (every, within) = (std::time::Duration::from_millis(5), std::time::Duration::from_secs(20));
+    common::wait_for_every("the migration to be under way", within, every, || async {
+        (videos(&cfg).await.iter().filter(|d| d.contains_key("categoryId")).count() < 2900).then_some(())
+    })
+    .await;
     child.kill().unwrap();
     let _ = child.wait();
     let left = videos(&cfg).await.iter().filter(|d| d.contains_key("categoryId")).count();
@@ -134,10 +132,9 @@ async fn verify_on_a_cluster_is_clean_after_a_rebuild_and_catches_each_kind_of_d
 }
 
 async fn verify_catches_each_kind_of_drift(setup: Setup) {
-    let s = common::shared();
     let url = setup.redis_url();
     let name = common::unique("verify");
-    let cfg = common::config(&s.mongo.uri(), &url, &name);
+    let cfg = common::TestEnv::named(&name).redis(&url).config();
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     rebuild(&cfg, &all(), &Progress::hidden()).await.unwrap();
     let clean = verify::verify(&cfg, verify::VerifyOptions::all(FamilySet::all()), &Progress::hidden()).await.unwrap();
@@ -151,7 +148,7 @@ async fn verify_catches_each_kind_of_drift(setup: Setup) {
             *counted.entry(family.name().to_string()).or_default() += 1;
         }
     }
-    let sink = cachewright::sink::Sink::connect(&cfg).await.unwrap();
+    let sink = cachewright::sink::Sink::connect(&cfg.redis()).await.unwrap();
     let memory = cachewright::admin::memory::measure(&sink, &keys, 2).await.unwrap();
     for f in &memory.families {
         assert_eq!(f.keys, counted.get(&f.family).copied().unwrap_or(0), "{}", memory.render());
@@ -232,23 +229,17 @@ async fn purge_on_a_cluster_deletes_only_registered_keys_under_the_old_prefix() 
 }
 
 async fn purge_deletes_only_registered_keys(setup: Setup) {
-    let s = common::shared();
     let url = setup.redis_url();
     let name = common::unique("purge");
-    let old = common::config(&s.mongo.uri(), &url, &name);
+    let old = common::TestEnv::named(&name).redis(&url).config();
     common::load_fixtures(&old, &common::fixture_dir("edge-cases")).await;
     rebuild(&old, &all(), &Progress::hidden()).await.unwrap();
     // The new layout lives under a prefix nested in the old one.
-    let mut raw = cachewright::config::RawConfig {
-        mongodb_uri: Some(s.mongo.uri()),
-        mongodb_db: Some(name.clone()),
-        redis_url: Some(url.clone()),
-        prefix: Some(format!("{}v2:", old.prefix)),
-        status_prefix: Some("cw-purge-test:".into()),
-        ..Default::default()
-    };
-    raw.home_limit = Some(3);
-    let new = cachewright::config::Config::from_raw(raw).unwrap();
+    let new = common::TestEnv::named(&name)
+        .redis(&url)
+        .with(|raw| raw.prefix = Some(format!("{}v2:", old.prefix)))
+        .status_prefix("cw-purge-test:")
+        .config();
     rebuild(&new, &all(), &Progress::hidden()).await.unwrap();
     let mut conn = common::redis_conn(&url).await;
     let unregistered = format!("{}session:abc", old.prefix);
@@ -256,7 +247,7 @@ async fn purge_deletes_only_registered_keys(setup: Setup) {
     let before_new = common::dump(&url, &new.prefix).await;
     let old_count = common::dump(&url, &old.prefix).await.len() - before_new.len() - 1;
 
-    let sink = cachewright::sink::Sink::connect(&old).await.unwrap();
+    let sink = cachewright::sink::Sink::connect(&old.redis()).await.unwrap();
     let dry = purge::purge(&sink, &old.prefix, true, &Progress::hidden()).await.unwrap();
     assert_eq!(dry.values().sum::<u64>() as usize, old_count);
     let counts = purge::purge(&sink, &old.prefix, false, &Progress::hidden()).await.unwrap();

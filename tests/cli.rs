@@ -146,7 +146,7 @@ fn unreachable_mongodb_fails_with_exit_1_and_says_what_to_check() {
 fn strict_rebuild_with_rejections_exits_3_after_writing_and_summarising() {
     let s = common::shared();
     let name = common::unique("cli");
-    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    let cfg = common::TestEnv::named(&name).config();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")));
     let env = [

@@ -12,7 +12,7 @@ mod common;
 
 use cachewright::plan::{Op, Value};
 use cachewright::progress::Progress;
-use cachewright::rebuild::{RebuildOptions, RunError, rebuild, rebuild_with_retries};
+use cachewright::rebuild::{RebuildOptions, rebuild, rebuild_with_retries};
 use cachewright::registry::FamilyId;
 use cachewright::sink::{Lease, Sink, SinkError};
 use common::Setup;
@@ -21,7 +21,7 @@ use std::time::Duration;
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn cluster_config(name: &str) -> cachewright::config::Config {
-    common::config(&common::shared().mongo.uri(), &Setup::Cluster.redis_url(), name)
+    common::TestEnv::named(name).on(Setup::Cluster).config()
 }
 
 async fn assert_exact(cfg: &cachewright::config::Config) {
@@ -42,7 +42,7 @@ async fn a_rebuild_while_thousands_of_slots_move_leaves_the_cache_exact() {
         pipe.cmd("SET").arg(key).arg("{}").ignore();
     }
     let _: () = pipe.query_async(&mut conn).await.unwrap();
-    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let videos = source.database().collection::<mongodb::bson::Document>("VideoMedia");
     videos.update_many(mongodb::bson::doc! {}, mongodb::bson::doc! {"$set": {"title": "moved"}}).await.unwrap();
 
@@ -110,26 +110,20 @@ async fn a_paused_rebuilder_lands_nothing_after_a_takeover() {
 
     // MongoDB changes while it is paused; its lease expires; a second
     // writer takes over and finishes.
-    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let db = source.database();
     db.collection::<mongodb::bson::Document>("VideoMedia")
         .update_many(mongodb::bson::doc! {}, mongodb::bson::doc! {"$set": {"title": "second"}})
         .await
         .unwrap();
-    let lock = format!("{}lock:rebuild:full", cfg.status_prefix);
+    let lock = common::env::status_keys(&cfg).rebuild_lock();
     let mut conn = common::redis_conn(&cfg.redis_url).await;
     common::wait_for("the paused lease expired", Duration::from_secs(30), || {
         let (lock, mut conn) = (lock.clone(), conn.clone());
         async move { redis::cmd("GET").arg(&lock).query_async::<Option<String>>(&mut conn).await.unwrap().is_none() }
     })
     .await;
-    let second = loop {
-        match rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await {
-            Err(RunError::Lease(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
-            other => break other,
-        }
-    };
-    second.expect("the second rebuilder finishes");
+    common::rebuild_once_the_lease_is_free(&cfg).await.expect("the second rebuilder finishes");
     let after_second = common::render_dump(&common::dump(&cfg.redis_url, &cfg.prefix).await, &cfg.prefix);
 
     // The first wakes up: whatever it still sends is refused slot by slot.
@@ -154,12 +148,12 @@ async fn a_lost_epoch_copy_is_restored_by_the_current_writer_only() {
     };
     let ttl = Duration::from_secs(30);
 
-    let sink = Sink::connect(&cfg).await.unwrap();
+    let sink = Sink::connect(&cfg.redis()).await.unwrap();
     assert!(sink.is_cluster(), "REDIS_URL points at a cluster node: detected");
     // A batch is cut into one script per master, so it carries the
     // transaction budget once per master, at a script's share.
     let factor = cachewright::sink::cluster::SCRIPT_BUDGET_DIVISOR;
-    assert_eq!(sink.tx_budget(&cfg).max_cost, 3 * cfg.write_batch_cost / factor);
+    assert_eq!(sink.tx_budget().max_cost, 3 * cfg.write_batch_cost / factor);
     let lease_a = Lease::acquire(sink.connection(), &status, ttl).await.unwrap();
     let a = sink.clone().fenced(lease_a.fence()).await.unwrap();
     a.write(&[op("before")]).await.expect("the leader writes");
@@ -271,7 +265,7 @@ async fn every_command_works_on_a_cluster() {
         ended = &mut server => panic!("serve ended before it was ready: {:?}", ended.unwrap().err()),
         ready = tokio::time::timeout(Duration::from_secs(60), ready) => ready.expect("serve ready within 60 s"),
     }
-    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     source
         .database()
         .collection::<mongodb::bson::Document>("Category")
@@ -331,7 +325,7 @@ async fn a_write_into_a_migrating_slot_waits_and_never_leaves_the_key_half_repla
         key: keys.key(FamilyId::VideoTagList, &["c1", "t1"]),
         value: Value::List(items.iter().map(|m| m.to_string()).collect()),
     };
-    let sink = Sink::connect(&cfg).await.unwrap();
+    let sink = Sink::connect(&cfg.redis()).await.unwrap();
     let lease = Lease::acquire(sink.connection(), &status, Duration::from_secs(60)).await.unwrap();
     let sink = sink.fenced(lease.fence()).await.unwrap();
     let before = list(&["a", "b", "c"]);
@@ -414,7 +408,7 @@ async fn a_write_into_a_migrating_slot_waits_and_never_leaves_the_key_half_repla
 async fn a_fail_over_to_a_replica_mid_rebuild_is_detected_and_the_run_redone() {
     let _serial = SERIAL.lock().await;
     let cluster = tokio::task::block_in_place(common::servers::RedisCluster::start_with_replicas);
-    let mut cfg = common::config(&common::shared().mongo.uri(), &cluster.url(), &common::unique("failover"));
+    let mut cfg = common::TestEnv::new("failover").redis(&cluster.url()).config();
     cfg.write_batch_ops = 100;
     common::generate(&cfg, 10_000, 34).await;
 
@@ -455,13 +449,14 @@ async fn a_manual_fail_over_of_every_master_mid_rebuild_leaves_the_cache_exact()
     let _serial = SERIAL.lock().await;
     let cluster = tokio::task::block_in_place(common::servers::RedisCluster::start_with_replicas);
     let name = common::unique("manualfailover");
-    let direct = common::config(&common::shared().mongo.uri(), &cluster.url(), &name);
+    let direct = common::TestEnv::named(&name).redis(&cluster.url()).config();
     // More videos than the run reads ahead of its writes (a few decode
     // batches): when the stall comes, most are still to be read.
     common::generate(&direct, 40_000, 35).await;
     let proxy = common::proxy::Proxy::start(common::shared().mongo.port).await;
     let patient = "&connectTimeoutMS=300000&serverSelectionTimeoutMS=300000&heartbeatFrequencyMS=300000";
-    let mut cfg = common::config(&format!("{}{patient}", proxy.mongo_uri()), &cluster.url(), &name);
+    let mut cfg =
+        common::TestEnv::named(&name).mongo(&format!("{}{patient}", proxy.mongo_uri())).redis(&cluster.url()).config();
     cfg.write_batch_ops = 100;
 
     let run = {
@@ -497,7 +492,7 @@ async fn a_cluster_announcing_ipv6_addresses_is_followed() {
     let cluster = tokio::task::block_in_place(|| common::servers::RedisCluster::start_with(ipv6));
     let masters = common::cluster_masters(&cluster.url()).await.expect("a cluster");
     assert!(masters.iter().all(|m| m.starts_with("[::1]:")), "{masters:?}");
-    let cfg = common::config(&common::shared().mongo.uri(), &cluster.url(), &common::unique("ipv6"));
+    let cfg = common::TestEnv::new("ipv6").redis(&cluster.url()).config();
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.expect("rebuild over IPv6 addresses");
     assert_exact(&cfg).await;
@@ -519,8 +514,7 @@ async fn with_redis_url_down_every_command_starts_from_the_other_seeds() {
     let replica_port = tokio::task::block_in_place(|| cluster.synced_replicas(1))[0].0;
     let replica = cluster.nodes.iter().position(|n| n.port == replica_port).unwrap();
     let live = cluster.nodes.iter().enumerate().find(|(i, _)| *i != replica).map(|(_, n)| n.url()).unwrap();
-    let mut cfg =
-        common::config(&common::shared().mongo.uri(), &cluster.nodes[replica].url(), &common::unique("seeds"));
+    let mut cfg = common::TestEnv::new("seeds").redis(&cluster.nodes[replica].url()).config();
     cfg.redis_cluster_nodes = cluster
         .nodes
         .iter()

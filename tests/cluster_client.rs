@@ -86,8 +86,8 @@ fn show_until(what: &str, router: &Until, krate: &Until) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_router_through_a_paused_master_and_its_fail_over_beside_the_crates_cluster_client() {
     let cluster = tokio::task::block_in_place(common::servers::RedisCluster::start_with_replicas);
-    let cfg = common::config(&common::shared().mongo.uri(), &cluster.url(), &common::unique("clusterclient"));
-    let sink = cachewright::sink::Sink::connect(&cfg).await.unwrap();
+    let cfg = common::TestEnv::new("clusterclient").redis(&cluster.url()).config();
+    let sink = cachewright::sink::Sink::connect(&cfg.redis()).await.unwrap();
     let mut router = sink.connection();
     let client = redis::cluster::ClusterClient::builder(vec![cluster.url()])
         .connection_timeout(Duration::from_secs(1))

@@ -20,25 +20,13 @@ async fn get(url: &str, key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query_async(&mut conn).await.unwrap()
 }
 
-/// Waits up to `seconds` for `check`, polling; panics with `what` after.
-async fn wait_until<F: std::future::Future<Output = bool>>(seconds: u64, what: &str, mut check: impl FnMut() -> F) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
-    while tokio::time::Instant::now() < deadline {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out after {seconds}s waiting until {what}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuilder_stalled_past_its_lease_lands_nothing_after_a_takeover() {
     let s = common::shared();
     let proxy = Proxy::start(s.redis.port).await;
     let name = common::unique("fence");
     let direct = {
-        let mut cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+        let mut cfg = common::TestEnv::named(&name).config();
         cfg.lease_seconds = 2;
         cfg
     };
@@ -53,26 +41,23 @@ async fn a_rebuilder_stalled_past_its_lease_lands_nothing_after_a_takeover() {
         tokio::spawn(async move { rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await })
     };
     tokio::time::timeout(Duration::from_secs(120), proxy.wait_stalled()).await.expect("first rebuilder stalled");
-    let lock = format!("{}lock:rebuild:full", direct.status_prefix);
-    let epoch_key = format!("{0}lock:epoch:{{{0}lock:rebuild:full}}", direct.status_prefix);
+    let lock = common::env::status_keys(&direct).rebuild_lock();
+    let epoch_key = common::env::status_keys(&direct).epoch();
     let first_epoch: u64 = get(&s.redis.url(), &epoch_key).await.unwrap().parse().unwrap();
 
     // MongoDB changes while it is stalled: a channel goes, videos change.
-    let source = cachewright::source::Source::connect(&direct).await.unwrap();
+    let source = cachewright::source::Source::connect(&direct.mongo()).await.unwrap();
     let db = source.database();
     let channel: Document = db.collection::<Document>("Channel").find_one(doc! {}).await.unwrap().unwrap();
     db.collection::<Document>("Channel").delete_one(doc! {"_id": channel.get("_id").unwrap()}).await.unwrap();
     db.collection::<Document>("VideoMedia").update_many(doc! {}, doc! {"$set": {"title": "changed"}}).await.unwrap();
 
     // Its lease expires; a second instance takes over and finishes.
-    wait_until(30, "the stalled lease expired", || async { get(&s.redis.url(), &lock).await.is_none() }).await;
-    let second = loop {
-        match rebuild(&direct, &RebuildOptions::full(), &Progress::hidden()).await {
-            Err(RunError::Lease(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
-            other => break other,
-        }
-    };
-    second.expect("the second rebuilder finishes");
+    common::wait_for("the stalled lease expired", Duration::from_secs(30), || async {
+        get(&s.redis.url(), &lock).await.is_none()
+    })
+    .await;
+    common::rebuild_once_the_lease_is_free(&direct).await.expect("the second rebuilder finishes");
     let second_epoch: u64 = get(&s.redis.url(), &epoch_key).await.unwrap().parse().unwrap();
     assert!(second_epoch > first_epoch, "a take-over raises the epoch");
     let after_second = common::dump(&s.redis.url(), &direct.prefix).await;
@@ -100,17 +85,20 @@ async fn renewal_never_takes_back_an_expired_lease() {
     let s = common::shared();
     let proxy = Proxy::start(s.redis.port).await;
     let name = common::unique("renew");
-    let cfg = common::config(&s.mongo.uri(), &proxy.redis_url(), &name);
+    let cfg = common::TestEnv::named(&name).redis(&proxy.redis_url()).config();
     let keys = cachewright::keys::status::StatusKeys::new(cfg.status_prefix.clone());
-    let sink = cachewright::sink::Sink::connect(&cfg).await.unwrap();
+    let sink = cachewright::sink::Sink::connect(&cfg.redis()).await.unwrap();
     let lease = Lease::acquire(sink.connection(), &keys, Duration::from_secs(1)).await.unwrap();
     let fence = lease.fence();
     assert!(fence.is_valid());
     proxy.stall();
     let lock = keys.rebuild_lock();
-    wait_until(10, "the lease expired in Redis", || async { get(&s.redis.url(), &lock).await.is_none() }).await;
+    common::wait_for("the lease expired in Redis", Duration::from_secs(10), || async {
+        get(&s.redis.url(), &lock).await.is_none()
+    })
+    .await;
     // By its own clock the holder knows it is out, even before it hears.
-    wait_until(10, "the holder counts its lease lost", || async { !fence.is_valid() }).await;
+    common::wait_for("the holder counts its lease lost", Duration::from_secs(10), || async { !fence.is_valid() }).await;
     proxy.resume();
     // A renewal held by the stall arrives now; a PING on the same
     // multiplexed connection answers only after Redis has run it.
@@ -123,14 +111,16 @@ async fn renewal_never_takes_back_an_expired_lease() {
 async fn a_dropped_rebuild_leaves_no_lease_behind() {
     let s = common::shared();
     let name = common::unique("leak");
-    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    let cfg = common::TestEnv::named(&name).config();
     common::generate(&cfg, 20_000, 5).await;
-    let lock = format!("{}lock:rebuild:full", cfg.status_prefix);
+    let lock = common::env::status_keys(&cfg).rebuild_lock();
     let run = {
         let cfg = cfg.clone();
         tokio::spawn(async move { rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await })
     };
-    let took = wait_until(60, "the run took the lease", || async { get(&s.redis.url(), &lock).await.is_some() });
+    let took = common::wait_for("the run took the lease", Duration::from_secs(60), || async {
+        get(&s.redis.url(), &lock).await.is_some()
+    });
     let mut run = run;
     tokio::select! {
         ended = &mut run => panic!("the run ended before its lease was seen: {ended:?}"),
@@ -140,7 +130,10 @@ async fn a_dropped_rebuild_leaves_no_lease_behind() {
     // a paused watcher): the lease goes with it.
     run.abort();
     let _ = run.await;
-    wait_until(10, "the dropped run released its lease", || async { get(&s.redis.url(), &lock).await.is_none() }).await;
+    common::wait_for("the dropped run released its lease", Duration::from_secs(10), || async {
+        get(&s.redis.url(), &lock).await.is_none()
+    })
+    .await;
     rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.expect("the next run takes the lease");
     let dump = common::dump(&s.redis.url(), &cfg.prefix).await;
     assert_eq!(common::render_dump(&dump, &cfg.prefix), common::expected_render(&cfg).await);
@@ -181,7 +174,7 @@ async fn the_sweep_guard_keeps_the_cache_when_the_source_reads_empty() {
     unchanged("wrong database").await;
 
     // An emptied collection: its families keep their keys.
-    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     source.database().collection::<Document>("Channel").delete_many(doc! {}).await.unwrap();
     let (code, stderr) = cli(s, &cfg, &name, &[]);
     assert_eq!(code, Some(4), "{stderr}");
@@ -227,7 +220,7 @@ async fn keys_that_are_not_utf8_break_nothing() {
     .unwrap();
     assert!(report.ok(), "{}", report.render());
     let keys = cachewright::keys::Keys::new(cfg.prefix.clone());
-    let sink = cachewright::sink::Sink::connect(&cfg).await.unwrap();
+    let sink = cachewright::sink::Sink::connect(&cfg.redis()).await.unwrap();
     let existing = sink.scan_existing(&keys, FamilySet::all()).await.unwrap();
     assert_eq!(existing.not_utf8, 1);
     let exists: bool = redis::cmd("EXISTS").arg(&bad).query_async(&mut conn).await.unwrap();
@@ -248,7 +241,7 @@ async fn a_fenced_write_after_a_cut_does_not_retry_through_dead_pooled_connectio
     let s = common::shared();
     let proxy = Proxy::start(s.redis.port).await;
     let name = common::unique("fencepool");
-    let direct = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    let direct = common::TestEnv::named(&name).config();
     let cfg = Config { redis_url: proxy.redis_url(), ..direct.clone() };
     let keys = Keys::new(cfg.prefix.clone());
     let op = |i: usize| Op {
@@ -259,7 +252,7 @@ async fn a_fenced_write_after_a_cut_does_not_retry_through_dead_pooled_connectio
     let status = StatusKeys::new(cfg.status_prefix.clone());
     let lease =
         Lease::acquire(common::redis_conn(&s.redis.url()).await, &status, Duration::from_secs(60)).await.unwrap();
-    let sink = Sink::connect(&cfg).await.unwrap().fenced(lease.fence()).await.unwrap();
+    let sink = Sink::connect(&cfg.redis()).await.unwrap().fenced(lease.fence()).await.unwrap();
     // Twelve writes polled together find fewer than twelve pooled
     // connections, so the others each open (and then pool) a watched
     // connection of their own. One CI run ended its round with only seven
@@ -277,7 +270,10 @@ async fn a_fenced_write_after_a_cut_does_not_retry_through_dead_pooled_connectio
     assert!(pooled >= 12, "{pooled} connections open through the proxy");
 
     proxy.cut(false);
-    wait_until(10, "the proxy closed every connection", || async { proxy.connections_open() == 0 }).await;
+    common::wait_for("the proxy closed every connection", Duration::from_secs(10), || async {
+        proxy.connections_open() == 0
+    })
+    .await;
     let accepted = proxy.connections_accepted();
     sink.write(&[op(99)]).await.expect("the write after the cut lands on a new connection");
     assert!(proxy.connections_accepted() > accepted, "the write went out on a new connection");
@@ -294,7 +290,7 @@ async fn a_fenced_write_after_a_cut_does_not_retry_through_dead_pooled_connectio
 async fn an_acquisition_sent_again_finds_the_lease_its_own() {
     let s = common::shared();
     let name = common::unique("reacquire");
-    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    let cfg = common::TestEnv::named(&name).config();
     let keys = cachewright::keys::status::StatusKeys::new(cfg.status_prefix.clone());
     let conn = common::redis_conn(&s.redis.url()).await;
     let ttl = Duration::from_secs(60);
@@ -327,10 +323,10 @@ struct ProxiedWriter {
 async fn proxied_writer(tag: &str, lease_ttl: Duration, tweak: impl FnOnce(&mut Config)) -> ProxiedWriter {
     let redis = common::servers::Redis::start();
     let proxy = Proxy::start(redis.port).await;
-    let mut cfg = common::config(&common::shared().mongo.uri(), &proxy.redis_url(), &common::unique(tag));
+    let mut cfg = common::TestEnv::new(tag).redis(&proxy.redis_url()).config();
     tweak(&mut cfg);
     let keys = cachewright::keys::status::StatusKeys::new(cfg.status_prefix.clone());
-    let sink = cachewright::sink::Sink::connect(&cfg).await.unwrap();
+    let sink = cachewright::sink::Sink::connect(&cfg.redis()).await.unwrap();
     let lease = Lease::acquire(sink.connection(), &keys, lease_ttl).await.unwrap();
     let fenced = sink.fenced(lease.fence()).await.unwrap();
     ProxiedWriter { redis, proxy, cfg, lease, fenced }
@@ -347,7 +343,10 @@ async fn a_writer_that_lost_its_lease_fills_no_stage() {
     let ProxiedWriter { redis, proxy, cfg, lease, fenced } =
         proxied_writer("lostfill", Duration::from_secs(1), |cfg| cfg.write_batch_cost = 20_000).await;
     proxy.stall();
-    wait_until(10, "the holder counts its lease lost", || async { !lease.fence().is_valid() }).await;
+    common::wait_for("the holder counts its lease lost", Duration::from_secs(10), || async {
+        !lease.fence().is_valid()
+    })
+    .await;
     proxy.resume();
     let before = common::command_calls(&redis.url(), "rpush").await;
     let key = cachewright::keys::Keys::new(cfg.prefix.clone()).key(FamilyId::VideoCategoryList, &["c1"]);

@@ -41,10 +41,9 @@ async fn edge_cases_written_in_steps_on_a_cluster_land_exactly_as_the_golden_fil
 }
 
 async fn edge_cases_land_exactly(url: &str, unit_cost: Option<usize>) {
-    let s = common::shared();
     let url = url.to_string();
     let name = common::unique("golden");
-    let mut cfg = common::config(&s.mongo.uri(), &url, &name);
+    let mut cfg = common::TestEnv::named(&name).redis(&url).config();
     let renames_before = common::command_calls(&url, "rename").await;
     if let Some(cost) = unit_cost {
         cfg.write_batch_cost = cost;
@@ -84,10 +83,9 @@ async fn sweep_on_a_cluster_deletes_stale_family_keys_and_nothing_else() {
 }
 
 async fn sweep_deletes_only_stale_keys(setup: Setup) {
-    let s = common::shared();
     let url = setup.redis_url();
     let name = common::unique("sweep");
-    let cfg = common::config(&s.mongo.uri(), &url, &name);
+    let cfg = common::TestEnv::named(&name).redis(&url).config();
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     let p = &cfg.prefix;
     let mut conn = common::redis_conn(&url).await;
@@ -116,7 +114,7 @@ async fn sweep_deletes_only_stale_keys(setup: Setup) {
     }
 
     // Deactivating a category removes its keys on the next rebuild.
-    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let categories = source.database().collection::<mongodb::bson::Document>("Category");
     categories
         .update_one(mongodb::bson::doc! {"_id": "c2"}, mongodb::bson::doc! {"$set": {"status": 0}})
@@ -140,7 +138,7 @@ async fn a_sweep_above_its_cap_deletes_every_stale_key_and_the_guard_counts_them
     let s = common::shared();
     let url = s.redis.url();
     let name = common::unique("sweepcap");
-    let mut cfg = common::config(&s.mongo.uri(), &url, &name);
+    let mut cfg = common::TestEnv::named(&name).redis(&url).config();
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     let p = cfg.prefix.clone();
     let mut conn = common::redis_conn(&url).await;
@@ -190,7 +188,7 @@ async fn a_sweep_above_its_cap_deletes_every_stale_key_and_the_guard_counts_them
 async fn only_and_dry_run_touch_what_they_say() {
     let s = common::shared();
     let name = common::unique("only");
-    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    let cfg = common::TestEnv::named(&name).config();
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
 
     let dry = RebuildOptions::full().dry_run();
@@ -217,8 +215,8 @@ async fn only_and_dry_run_touch_what_they_say() {
 async fn readers_never_see_a_collection_key_missing_or_partial() {
     let s = common::shared();
     let name = common::unique("atomic");
-    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
-    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let cfg = common::TestEnv::named(&name).config();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let shape = cachewright::dev::generate::Shape { channels: 3, categories: 4, tags: 20, videos: 3000 };
     cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, 5, |_| {}).await.unwrap();
     rebuild(&cfg, &all(), &Progress::hidden()).await.expect("first rebuild");
@@ -269,14 +267,14 @@ async fn readers_never_see_a_collection_key_missing_or_partial() {
 async fn streaming_rebuild_writes_what_the_in_memory_planner_plans() {
     let s = common::shared();
     let name = common::unique("stream");
-    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
-    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let cfg = common::TestEnv::named(&name).config();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let shape = cachewright::dev::generate::Shape { channels: 5, categories: 40, tags: 200, videos: 6000 };
     cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, 9, |_| {}).await.unwrap();
     rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild");
 
     let c = &cfg.collections;
-    let raw = source.read_four(&cfg).await.unwrap();
+    let raw = source.read_four(&cfg.mongo()).await.unwrap();
     let ctx = cachewright::rebuild::plan_ctx(&cfg, FamilySet::all());
     let run = cachewright::plan::plan_in_memory(&ctx, c, &raw[0], &raw[1], &raw[2], &raw[3]);
     let dump = common::dump(&s.redis.url(), &cfg.prefix).await;
@@ -312,11 +310,10 @@ async fn lost_stages_are_never_renamed(url: &str) {
     use cachewright::plan::{Op, Value};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    let s = common::shared();
     let name = common::unique("stage");
-    let mut cfg = common::config(&s.mongo.uri(), url, &name);
+    let mut cfg = common::TestEnv::named(&name).redis(url).config();
     cfg.write_batch_cost = 20_000;
-    let sink = cachewright::sink::Sink::connect(&cfg).await.expect("redis reachable");
+    let sink = cachewright::sink::Sink::connect(&cfg.redis()).await.expect("redis reachable");
     let key = cachewright::keys::Keys::new(cfg.prefix.clone()).key(FamilyId::VideoCategoryList, &["c1"]);
     let value = |tag: &str| Value::List((0..3000).map(|i| format!("{tag}{i:04}")).collect::<Vec<_>>());
     let (old, new) = (value("old"), value("new"));
@@ -427,13 +424,12 @@ async fn a_stage_trimmed_just_before_its_rename_leaves_the_key_whole_and_the_wri
 /// the stage's name) to the filled stage, and checks the key.
 async fn stage_sabotaged_before_its_rename(sabotage: &str) {
     use cachewright::plan::{Op, Value};
-    let s = common::shared();
     let redis = common::servers::Redis::start();
     let proxy = common::proxy::Proxy::start(redis.port).await;
     let name = common::unique("stagecut");
-    let mut cfg = common::config(&s.mongo.uri(), &proxy.redis_url(), &name);
+    let mut cfg = common::TestEnv::named(&name).redis(&proxy.redis_url()).config();
     cfg.write_batch_cost = 20_000;
-    let sink = cachewright::sink::Sink::connect(&cfg).await.expect("redis reachable through the proxy");
+    let sink = cachewright::sink::Sink::connect(&cfg.redis()).await.expect("redis reachable through the proxy");
     let key = cachewright::keys::Keys::new(cfg.prefix.clone()).key(FamilyId::VideoCategoryList, &["c1"]);
     let value = |tag: &str| (0..3000).map(|i| format!("{tag}{i:04}")).collect::<Vec<String>>();
     let (old, new) = (value("old"), value("new"));

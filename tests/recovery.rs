@@ -29,7 +29,7 @@ async fn rebuild_stalled_on_first_detail(
 /// batches (so the stalled writer holds the reader well before the end of
 /// the cursor), and a lease long enough to outlast the stall.
 fn stalled_config(mongo_uri: &str, proxy: &Proxy, name: &str) -> cachewright::config::Config {
-    let mut cfg = common::config(mongo_uri, &proxy.redis_url(), name);
+    let mut cfg = common::TestEnv::named(name).mongo(mongo_uri).redis(&proxy.redis_url()).config();
     cfg.write_batch_ops = 100;
     cfg.lease_seconds = 120;
     cfg

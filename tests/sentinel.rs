@@ -18,7 +18,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 fn sentinel_config(set: &SentinelSet, name: &str) -> Config {
     // REDIS_URL names the master at start; it gives the scheme and
     // credentials, the sentinels give the address.
-    let mut cfg = common::config(&common::shared().mongo.uri(), &set.master.url(), name);
+    let mut cfg = common::TestEnv::named(name).redis(&set.master.url()).config();
     cfg.redis_sentinels = set.sentinels();
     cfg
 }
@@ -66,7 +66,7 @@ async fn a_sentinel_fail_over_while_watching_is_followed_and_the_cache_is_exact(
     let cfg = sentinel_config(&set, &common::unique("sentwatch"));
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     let watcher = common::watcher::start_streaming(&cfg).await;
-    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let tags = source.database().collection::<mongodb::bson::Document>("Tag");
     let change = move |i: usize| {
         let tags = tags.clone();

@@ -3,28 +3,17 @@
 
 mod common;
 
-use cachewright::config::{Config, RawConfig};
+use cachewright::config::Config;
+use cachewright::keys::status::StatusKeys;
 use cachewright::serve::{ServeOptions, schedule};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn config(mongo: &str, redis: &str, name: &str, status: &str, long_ttl: bool) -> Config {
-    let ttl = long_ttl.then_some(864_000);
-    Config::from_raw(RawConfig {
-        mongodb_uri: Some(mongo.into()),
-        mongodb_db: Some(name.into()),
-        redis_url: Some(redis.into()),
-        prefix: Some(format!("{name}:")),
-        status_prefix: Some(status.into()),
-        lease_seconds: Some(2),
-        ttl_count: ttl,
-        ttl_index: ttl,
-        ttl_detail: ttl,
-        ttl_catalog: ttl,
-        ..RawConfig::default()
-    })
-    .unwrap()
+/// A `serve` test's settings: status keys under `status`, the contract's
+/// home sections, and a 2 s lease, so take-overs happen within a test.
+fn serve_env(name: &str, status: &str) -> common::TestEnv {
+    common::TestEnv::named(name).status_prefix(status).home_limit(None).with(|raw| raw.lease_seconds = Some(2))
 }
 
 type Served = (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<Result<(), cachewright::serve::ServeError>>);
@@ -77,7 +66,7 @@ async fn http_endpoints_answer_and_health_fails_when_redis_is_down() {
     let mongo = &common::shared().mongo;
     let mut redis = common::servers::Redis::start();
     let name = common::unique("servehttp");
-    let cfg = config(&mongo.uri(), &redis.url(), &name, "cw-http:", true);
+    let cfg = serve_env(&name, "cw-http:").mongo(&mongo.uri()).redis(&redis.url()).long_ttls().config();
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     // A daily rebuild, and a video refresh every two seconds so the scrape
     // holds job figures (the fixtures' rejected documents among them).
@@ -88,10 +77,11 @@ async fn http_endpoints_answer_and_health_fails_when_redis_is_down() {
     let (stop, server) = serve_here(&cfg, schedules, true, listener);
     // The watcher starts with a rebuild; wait for its job to be recorded.
     let mut conn = common::redis_conn(&redis.url()).await;
+    let completed = common::env::status_keys(&cfg).jobs("completed");
     common::wait_for("the watcher's start-up job to be recorded", Duration::from_secs(10), || {
-        let mut conn = conn.clone();
+        let (mut conn, completed) = (conn.clone(), completed.clone());
         async move {
-            let n: usize = redis::cmd("SCARD").arg("cw-http:jobs:completed").query_async(&mut conn).await.unwrap();
+            let n: usize = redis::cmd("SCARD").arg(&completed).query_async(&mut conn).await.unwrap();
             n > 0
         }
     })
@@ -140,7 +130,8 @@ async fn http_endpoints_answer_and_health_fails_when_redis_is_down() {
     assert!(triggers.contains(&"change-stream") && triggers.contains(&"cron"), "{triggers:?}");
     assert_eq!(status_json["current"]["service"], "cachewright serve");
     assert_eq!(get(addr, "/nope").await.0, 404);
-    let heartbeat: String = redis::cmd("GET").arg("cw-http:health:current").query_async(&mut conn).await.unwrap();
+    let heartbeat: String =
+        redis::cmd("GET").arg(common::env::status_keys(&cfg).health()).query_async(&mut conn).await.unwrap();
     assert!(heartbeat.contains("cachewright serve"));
 
     redis.stop();
@@ -160,9 +151,8 @@ async fn http_endpoints_answer_and_health_fails_when_redis_is_down() {
 /// no slot a readiness probe needs: each probe answers within a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_open_connections_do_not_delay_readiness() {
-    let s = common::shared();
     let name = common::unique("servehalf");
-    let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &format!("cw-{name}:"), true);
+    let cfg = serve_env(&name, &format!("cw-{name}:")).long_ttls().config();
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -208,12 +198,11 @@ async fn half_open_connections_do_not_delay_readiness() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_run_exactly_one_rebuild_per_fire() {
     use cachewright::serve::clock::ManualClock;
-    let s = common::shared();
     // A Redis of its own: the test counts the commands it receives.
     let redis = common::servers::Redis::start();
     let name = common::unique("servetwo");
     let status = format!("cw-{name}:");
-    let cfg = config(&s.mongo.uri(), &redis.url(), &name, &status, false);
+    let cfg = serve_env(&name, &status).redis(&redis.url()).config();
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     let text = "[[schedule]]\nname = \"often\"\ncron = \"*/2 * * * * *\"\njob = \"rebuild\"\n";
     let start = chrono::DateTime::parse_from_rfc3339("2026-06-01T00:00:00Z").unwrap().to_utc();
@@ -281,8 +270,8 @@ async fn sigterm_mid_rebuild_stops_cleanly() {
     let s = common::shared();
     let name = common::unique("serveterm");
     let status = format!("cw-{name}:");
-    let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &status, false);
-    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let cfg = serve_env(&name, &status).config();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let shape = cachewright::dev::generate::Shape { channels: 5, categories: 50, tags: 200, videos: 60_000 };
     cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, 2, |_| {}).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -293,37 +282,31 @@ async fn sigterm_mid_rebuild_stops_cleanly() {
     .unwrap();
     let mut child = serve_process(&cfg, dir.path());
     let mut conn = common::redis_conn(&s.redis.url()).await;
-    let mut run_id = None;
-    for _ in 0..1000 {
-        let active: Vec<String> =
-            redis::cmd("SMEMBERS").arg(format!("{status}jobs:active")).query_async(&mut conn).await.unwrap();
-        if let Some(id) = active.into_iter().next() {
-            run_id = Some(id);
-            break;
+    let active = common::env::status_keys(&cfg).jobs("active");
+    let run_id = common::wait_for_some("a scheduled rebuild to start", Duration::from_secs(10), || {
+        let (mut conn, active) = (conn.clone(), active.clone());
+        async move {
+            let ids: Vec<String> = redis::cmd("SMEMBERS").arg(&active).query_async(&mut conn).await.unwrap();
+            ids.into_iter().next()
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let run_id = run_id.expect("a scheduled rebuild started");
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-    let mut code = None;
-    for _ in 0..300 {
-        if let Some(exit) = child.try_wait().unwrap() {
-            code = exit.code();
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(code, Some(0), "serve did not exit 0 within 30s");
+    let code = common::wait_exit(&mut child, "serve to exit after SIGTERM", Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0), "serve did not exit 0");
     let lock: Option<String> =
-        redis::cmd("GET").arg(format!("{status}lock:rebuild:full")).query_async(&mut conn).await.unwrap();
+        redis::cmd("GET").arg(common::env::status_keys(&cfg).rebuild_lock()).query_async(&mut conn).await.unwrap();
     assert_eq!(lock, None, "lease not released");
     let job: HashMap<String, String> =
-        redis::cmd("HGETALL").arg(format!("{status}job:{run_id}")).query_async(&mut conn).await.unwrap();
+        redis::cmd("HGETALL").arg(common::env::status_keys(&cfg).job(&run_id)).query_async(&mut conn).await.unwrap();
     if job["status"] == "failed" {
         assert_eq!(job["last_error"], "shutdown");
-        let failed: Vec<String> =
-            redis::cmd("SMEMBERS").arg(format!("{status}jobs:failed")).query_async(&mut conn).await.unwrap();
+        let failed: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(common::env::status_keys(&cfg).jobs("failed"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
         assert_eq!(failed, vec![run_id.clone()]);
     } else {
         // It finished its last batch before the signal landed.
@@ -346,26 +329,21 @@ async fn the_lease_is_taken_over_after_its_holder_is_killed() {
     let s = common::shared();
     let name = common::unique("servekill");
     let status = format!("cw-{name}:");
-    let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &status, false);
-    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let cfg = serve_env(&name, &status).config();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let shape = cachewright::dev::generate::Shape { channels: 5, categories: 50, tags: 200, videos: 60_000 };
     cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, 3, |_| {}).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let text = "[[schedule]]\nname = \"often\"\ncron = \"*/2 * * * * *\"\njob = \"rebuild\"\n";
     std::fs::write(dir.path().join("s.toml"), text).unwrap();
     let mut holder = serve_process(&cfg, dir.path());
-    let lock = format!("{status}lock:rebuild:full");
+    let lock = common::env::status_keys(&cfg).rebuild_lock();
     let mut conn = common::redis_conn(&s.redis.url()).await;
-    let mut held = false;
-    for _ in 0..1000 {
-        let v: Option<String> = redis::cmd("GET").arg(&lock).query_async(&mut conn).await.unwrap();
-        if v.is_some() {
-            held = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(held, "the first instance never took the lease");
+    common::wait_for("the first instance to take the lease", Duration::from_secs(10), || {
+        let (mut conn, lock) = (conn.clone(), lock.clone());
+        async move { redis::cmd("GET").arg(&lock).query_async::<Option<String>>(&mut conn).await.unwrap().is_some() }
+    })
+    .await;
     holder.kill().unwrap();
     let _ = holder.wait();
     let killed_at = cachewright::status::unix_now();
@@ -375,11 +353,14 @@ async fn the_lease_is_taken_over_after_its_holder_is_killed() {
     let (stop, server) = serve_here(&cfg, text, false, listener);
     let mut taken_over = false;
     for _ in 0..300 {
-        let ids: Vec<String> =
-            redis::cmd("SMEMBERS").arg(format!("{status}jobs:completed")).query_async(&mut conn).await.unwrap();
+        let ids: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(common::env::status_keys(&cfg).jobs("completed"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
         for id in ids {
             let started: Option<u64> = redis::cmd("HGET")
-                .arg(format!("{status}job:{id}"))
+                .arg(common::env::status_keys(&cfg).job(&id))
                 .arg("started_at")
                 .query_async(&mut conn)
                 .await
@@ -408,24 +389,20 @@ fn holder_pid(token: &str) -> Option<u32> {
 async fn lock_holder(url: &str, status: &str) -> Option<u32> {
     let mut conn = common::redis_conn(url).await;
     let v: Option<String> =
-        redis::cmd("GET").arg(format!("{status}lock:rebuild:full")).query_async(&mut conn).await.unwrap();
+        redis::cmd("GET").arg(StatusKeys::new(status).rebuild_lock()).query_async(&mut conn).await.unwrap();
     v.as_deref().and_then(holder_pid)
 }
 
 /// Waits until the cache equals a fresh full rebuild of MongoDB.
 async fn wait_converged(url: &str, cfg: &Config) {
-    let mut last = String::new();
-    for _ in 0..300 {
+    let converged = common::wait_for("the cache to equal a fresh rebuild", Duration::MAX, || async {
         let expected = common::expected_render(cfg).await;
-        last = common::render_dump(&common::dump(url, &cfg.prefix).await, &cfg.prefix);
-        if last == expected {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        common::render_dump(&common::dump(url, &cfg.prefix).await, &cfg.prefix) == expected
+    });
+    // After 30 s the difference says what is missing.
+    if tokio::time::timeout(Duration::from_secs(30), converged).await.is_err() {
+        common::assert_exact_at(url, cfg).await;
     }
-    let expected = common::expected_render(cfg).await;
-    let diff = similar::TextDiff::from_lines(&expected, &last).unified_diff().context_radius(1).to_string();
-    panic!("the cache never matched a fresh rebuild:\n{diff}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -433,7 +410,7 @@ async fn a_stopped_leader_is_replaced_within_a_lease_ttl_and_returns_as_a_follow
     let s = common::shared();
     let name = common::unique("failover");
     let status = format!("cw-{name}:");
-    let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &status, true);
+    let cfg = serve_env(&name, &status).long_ttls().config();
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
@@ -453,28 +430,16 @@ async fn a_stopped_leader_is_replaced_within_a_lease_ttl_and_returns_as_a_follow
         })
         .collect();
     let addr = |i: usize| std::net::SocketAddr::from(([127, 0, 0, 1], ports[i]));
-    let mut leader_pid = None;
-    for _ in 0..600 {
-        leader_pid = lock_holder(&s.redis.url(), &status).await;
-        if leader_pid.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let leader = children.iter().position(|c| Some(c.id()) == leader_pid).expect("one serve leads");
+    let url = s.redis.url();
+    let leader_pid =
+        common::wait_for_some("an instance to lead", Duration::from_secs(30), || lock_holder(&url, &status)).await;
+    let leader = children.iter().position(|c| c.id() == leader_pid).expect("one serve leads");
     let follower = 1 - leader;
     // The leader's watcher streams (its start-up rebuild done).
-    let mut ready = false;
-    for _ in 0..600 {
-        if tokio::net::TcpStream::connect(addr(leader)).await.is_ok()
-            && get(addr(leader), "/health/ready").await.0 == 200
-        {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready, "the leader never became ready");
+    common::wait_for("the leader to become ready", Duration::from_secs(30), || async {
+        tokio::net::TcpStream::connect(addr(leader)).await.is_ok() && get(addr(leader), "/health/ready").await.0 == 200
+    })
+    .await;
     let (_, body) = get(addr(follower), "/health/ready").await;
     assert!(body.contains("\"role\":\"follower\""), "{body}");
 
@@ -495,7 +460,7 @@ async fn a_stopped_leader_is_replaced_within_a_lease_ttl_and_returns_as_a_follow
     assert!(took <= ttl + ttl / 3 + Duration::from_millis(500), "take-over took {took:?} with a {ttl:?} lease");
 
     // The new leader's watcher applies changes.
-    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let videos = source.database().collection::<mongodb::bson::Document>("VideoMedia");
     videos
         .update_one(mongodb::bson::doc! {"_id": "v1"}, mongodb::bson::doc! {"$set": {"title": "after failover"}})
@@ -506,16 +471,10 @@ async fn a_stopped_leader_is_replaced_within_a_lease_ttl_and_returns_as_a_follow
     // The old leader wakes up: it finds its lease gone, writes nothing, and
     // follows.
     common::signal(children[leader].id(), "-CONT");
-    let mut follows = false;
-    for _ in 0..300 {
-        let (_, body) = get(addr(leader), "/health/ready").await;
-        if body.contains("\"role\":\"follower\"") {
-            follows = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(follows, "the old leader did not step down");
+    common::wait_for("the old leader to step down", Duration::from_secs(15), || async {
+        get(addr(leader), "/health/ready").await.1.contains("\"role\":\"follower\"")
+    })
+    .await;
     assert_eq!(lock_holder(&s.redis.url(), &status).await, Some(children[follower].id()));
     videos
         .update_one(mongodb::bson::doc! {"_id": "v2"}, mongodb::bson::doc! {"$set": {"title": "after wake-up"}})
@@ -527,14 +486,7 @@ async fn a_stopped_leader_is_replaced_within_a_lease_ttl_and_returns_as_a_follow
         common::signal(child.id(), "-TERM");
     }
     for child in &mut children {
-        let mut code = None;
-        for _ in 0..400 {
-            if let Some(exit) = child.try_wait().unwrap() {
-                code = exit.code();
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let code = common::wait_exit(child, "serve to stop", Duration::from_secs(40)).await;
         assert_eq!(code, Some(0), "serve did not stop cleanly");
     }
 }
@@ -544,7 +496,7 @@ async fn a_failing_watcher_shows_in_health_and_is_restarted() {
     let mongo = &common::shared().mongo;
     let redis = common::servers::Redis::start();
     let name = common::unique("servewfail");
-    let mut cfg = config(&mongo.uri(), &redis.url(), &name, "cw-wfail:", true);
+    let mut cfg = serve_env(&name, "cw-wfail:").mongo(&mongo.uri()).redis(&redis.url()).long_ttls().config();
     // The lease outlives the fault; only the watcher is under test.
     cfg.lease_seconds = 60;
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
@@ -553,15 +505,11 @@ async fn a_failing_watcher_shows_in_health_and_is_restarted() {
     let addr = listener.local_addr().unwrap();
     let (stop, server) = serve_here(&cfg, daily, true, listener);
     let wait_health = |want: u16| async move {
-        let mut last = (0, String::new());
-        for _ in 0..600 {
-            last = get(addr, "/health").await;
-            if last.0 == want {
-                return last.1;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("/health never answered {want}; last {last:?}");
+        common::wait_for_some(&format!("/health to answer {want}"), Duration::from_secs(15), || async {
+            let (code, body) = get(addr, "/health").await;
+            (code == want).then_some(body)
+        })
+        .await
     };
     wait_health(200).await;
     // `/health` answers 200 while the watcher still starts (its first
@@ -570,15 +518,10 @@ async fn a_failing_watcher_shows_in_health_and_is_restarted() {
         let (_, status) = get(addr, "/status").await;
         serde_json::from_str::<serde_json::Value>(&status).unwrap()
     };
-    let mut streaming = false;
-    for _ in 0..1200 {
-        if status_of().await["current"]["watcher"]["streaming"] == serde_json::Value::Bool(true) {
-            streaming = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(streaming, "the watcher did not start streaming within 30 s");
+    common::wait_for("the watcher to stream", Duration::from_secs(30), || async {
+        status_of().await["current"]["watcher"]["streaming"] == serde_json::Value::Bool(true)
+    })
+    .await;
 
     // Redis refuses writes (out of memory): the next change fails the
     // watcher's batch, and the watcher with it.
@@ -586,7 +529,7 @@ async fn a_failing_watcher_shows_in_health_and_is_restarted() {
     let _: () =
         redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("noeviction").query_async(&mut conn).await.unwrap();
     let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("1").query_async(&mut conn).await.unwrap();
-    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let videos = source.database().collection::<mongodb::bson::Document>("VideoMedia");
     videos
         .update_one(mongodb::bson::doc! {"_id": "v1"}, mongodb::bson::doc! {"$set": {"title": "while failing"}})
@@ -594,15 +537,10 @@ async fn a_failing_watcher_shows_in_health_and_is_restarted() {
         .unwrap();
     let body = wait_health(503).await;
     assert!(body.contains("watcher"), "{body}");
-    let mut status = serde_json::Value::Null;
-    for _ in 0..1200 {
-        status = status_of().await;
-        if status["current"]["watcher"]["last_error"].as_str().is_some_and(|e| e.contains("OOM")) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(status["current"]["watcher"]["last_error"].as_str().is_some_and(|e| e.contains("OOM")), "{status}");
+    common::wait_for("the watcher's OOM error in /status", Duration::from_secs(30), || async {
+        status_of().await["current"]["watcher"]["last_error"].as_str().is_some_and(|e| e.contains("OOM"))
+    })
+    .await;
     assert!(!server.is_finished(), "serve must keep running when its watcher fails");
 
     // Redis recovers: the watcher is restarted, replays the change, and
@@ -630,7 +568,7 @@ async fn a_watcher_write_still_on_its_way_when_a_job_starts_is_refused() {
     let proxy = common::proxy::Proxy::start(redis.port).await;
     let name = common::unique("handover");
     let status = format!("cw-{name}:");
-    let cfg = config(&mongo.uri(), &proxy.redis_url(), &name, &status, true);
+    let cfg = serve_env(&name, &status).mongo(&mongo.uri()).redis(&proxy.redis_url()).long_ttls().config();
     common::generate(&cfg, 300, 41).await;
     // A job every 6 s that writes no video detail, so the held write is
     // the watcher's; a daily rebuild covers the other families' TTLs. The
@@ -678,7 +616,7 @@ async fn a_watcher_write_still_on_its_way_when_a_job_starts_is_refused() {
 
     let title = format!("held-title-{name}");
     proxy.hold_on(title.as_bytes());
-    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let videos = source.database().collection::<mongodb::bson::Document>("VideoMedia");
     videos.update_one(mongodb::bson::doc! {}, mongodb::bson::doc! {"$set": {"title": &title}}).await.unwrap();
     tokio::time::timeout(Duration::from_secs(30), proxy.wait_held()).await.expect("the watcher's write is held");
@@ -748,7 +686,7 @@ async fn drifted_keys_are_reported_and_repaired_and_live_changes_are_not_drift()
     let mongo = &common::shared().mongo;
     let redis = common::servers::Redis::start();
     let name = common::unique("servedrift");
-    let mut cfg = config(&mongo.uri(), &redis.url(), &name, "cw-drift:", true);
+    let mut cfg = serve_env(&name, "cw-drift:").mongo(&mongo.uri()).redis(&redis.url()).long_ttls().config();
     cfg.lease_seconds = 60;
     // A thousand keys a second: the fixture's few hundred keys are all
     // seen within a few rounds.
@@ -765,7 +703,7 @@ async fn drifted_keys_are_reported_and_repaired_and_live_changes_are_not_drift()
     .await;
 
     // Live changes, each applied by the watcher while the check runs.
-    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let videos = source.database().collection::<mongodb::bson::Document>("VideoMedia");
     let checked_before = total(drift_counts(addr, "checked").await);
     for round in 0..40 {

@@ -13,7 +13,7 @@ use std::time::Duration;
 async fn a_manual_rebuild_reports_its_job_status_and_progress() {
     let s = common::shared();
     let name = common::unique("status");
-    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    let cfg = common::TestEnv::named(&name).config();
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     let sp = cfg.status_prefix.clone();
 
@@ -100,17 +100,8 @@ async fn a_manual_rebuild_reports_its_job_status_and_progress() {
 async fn only_one_instance_rebuilds_and_a_lost_lease_stops_the_writes() {
     let s = common::shared();
     let name = common::unique("lease");
-    let mut raw = cachewright::config::RawConfig {
-        mongodb_uri: Some(s.mongo.uri()),
-        mongodb_db: Some(name.clone()),
-        redis_url: Some(s.redis.url()),
-        prefix: Some(format!("{name}:")),
-        status_prefix: Some(format!("cw-{name}:")),
-        ..Default::default()
-    };
-    raw.lease_seconds = Some(1);
-    let cfg = cachewright::config::Config::from_raw(raw).unwrap();
-    let lock = format!("{}lock:rebuild:full", cfg.status_prefix);
+    let cfg = common::TestEnv::named(&name).home_limit(None).with(|raw| raw.lease_seconds = Some(1)).config();
+    let lock = common::env::status_keys(&cfg).rebuild_lock();
     let mut conn = common::redis_conn(&s.redis.url()).await;
 
     // Held by someone else: refused, nothing written.
@@ -129,20 +120,18 @@ async fn only_one_instance_rebuilds_and_a_lost_lease_stops_the_writes() {
     assert!(!exists, "lease not released");
 
     // Taken over mid-run: the run stops and is marked failed.
-    let source = cachewright::source::Source::connect(&cfg).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let shape = cachewright::dev::generate::Shape { channels: 5, categories: 50, tags: 200, videos: 40_000 };
     cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, 4, |_| {}).await.unwrap();
     let run = {
         let cfg = cfg.clone();
         tokio::spawn(async move { rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await })
     };
-    for _ in 0..1000 {
-        let holder: Option<String> = redis::cmd("GET").arg(&lock).query_async(&mut conn).await.unwrap();
-        if holder.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    common::wait_for_every("the rebuild to take the lease", Duration::from_secs(5), Duration::from_millis(2), || {
+        let (mut conn, lock) = (conn.clone(), lock.clone());
+        async move { redis::cmd("GET").arg(&lock).query_async::<Option<String>>(&mut conn).await.unwrap().map(drop) }
+    })
+    .await;
     let _: () = redis::cmd("SET").arg(&lock).arg("thief").arg("PX").arg(60_000).query_async(&mut conn).await.unwrap();
     let err = run.await.unwrap().unwrap_err();
     assert!(err.to_string().contains("no longer holds the writer lease"), "{err}");
@@ -153,14 +142,11 @@ async fn only_one_instance_rebuilds_and_a_lost_lease_stops_the_writes() {
     let _: () = redis::cmd("DEL").arg(&lock).query_async(&mut conn).await.unwrap();
     rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.unwrap();
     let failed: Vec<String> =
-        redis::cmd("SMEMBERS").arg(format!("{}jobs:failed", cfg.status_prefix)).query_async(&mut conn).await.unwrap();
+        redis::cmd("SMEMBERS").arg(common::env::status_keys(&cfg).jobs("failed")).query_async(&mut conn).await.unwrap();
     // The refused run never became a job; the one that lost its lease failed.
     assert_eq!(failed.len(), 1, "{failed:?}");
-    let job: HashMap<String, String> = redis::cmd("HGETALL")
-        .arg(format!("{}job:{}", cfg.status_prefix, failed[0]))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let job: HashMap<String, String> =
+        redis::cmd("HGETALL").arg(common::env::status_keys(&cfg).job(&failed[0])).query_async(&mut conn).await.unwrap();
     assert_eq!(job["status"], "failed");
     assert_eq!(job["error_count"], "1");
     assert!(job["last_error"].contains("abandoned"), "{:?}", job["last_error"]);
@@ -173,7 +159,7 @@ async fn status_follow_prints_escape_sequences_harmlessly() {
     use std::io::{BufRead, BufReader};
     let s = common::shared();
     let name = common::unique("follow");
-    let cfg = common::config(&s.mongo.uri(), &s.redis.url(), &name);
+    let cfg = common::TestEnv::named(&name).config();
     let status_prefix = cfg.status_prefix.clone();
     let mut child = common::cachewright(&cfg)
         .args(["status", "--follow"])

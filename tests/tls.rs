@@ -98,7 +98,7 @@ fn rediss_with_a_private_ca_and_a_client_certificate() {
         ("CACHEWRIGHT_PREFIX", format!("{name}:")),
         ("CACHEWRIGHT_STATUS_PREFIX", format!("cw-{name}:")),
     ];
-    let cfg = common::config(&s.mongo.uri(), &redis.url(), &name);
+    let cfg = common::TestEnv::named(&name).redis(&redis.url()).config();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")));
     let path = |p: PathBuf| p.display().to_string();
@@ -154,7 +154,7 @@ fn rediss_on_a_cluster_with_a_client_certificate() {
     let cluster = RedisCluster::start_tls(&tls);
     let s = common::shared();
     let name = common::unique("tlscluster");
-    let cfg = common::config(&s.mongo.uri(), &cluster.url(), &name);
+    let cfg = common::TestEnv::named(&name).redis(&cluster.url()).config();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(common::generate(&cfg, 300, 5));
     let path = |p: PathBuf| p.display().to_string();

@@ -4,7 +4,7 @@
 
 mod common;
 
-use cachewright::config::{Config, RawConfig};
+use cachewright::config::Config;
 use cachewright::dev::generate::Rng;
 use cachewright::progress::Progress;
 use cachewright::rebuild::{RebuildOptions, rebuild};
@@ -17,17 +17,10 @@ use std::time::Duration;
 /// streams at once on one SecantusDB have been seen to stall it.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn config(mongo: &str, redis: &str, name: &str, prefix: &str) -> Config {
-    Config::from_raw(RawConfig {
-        mongodb_uri: Some(mongo.to_string()),
-        mongodb_db: Some(name.to_string()),
-        redis_url: Some(redis.to_string()),
-        prefix: Some(format!("{prefix}:")),
-        status_prefix: Some(format!("cw-{prefix}:")),
-        home_limit: Some(5),
-        ..RawConfig::default()
-    })
-    .unwrap()
+/// A watcher test's settings: data keys under `<prefix>:`, home sections
+/// of 5 (ties and cut-offs are common in the generated data).
+fn watch_env(name: &str, prefix: &str) -> common::TestEnv {
+    common::TestEnv::named(name).prefix(prefix).home_limit(Some(5))
 }
 
 struct Data {
@@ -247,12 +240,12 @@ impl Data {
         for key in &wanted {
             exists.cmd("EXISTS").arg(key);
         }
-        for _ in 0..600 {
-            let found: Vec<usize> = exists.query_async(&mut conn).await.unwrap();
-            if found.iter().sum::<usize>() == wanted.len() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let applied = common::wait_for("the markers", Duration::MAX, || {
+            let (exists, mut conn, n) = (&exists, conn.clone(), wanted.len());
+            async move { exists.query_async::<Vec<usize>>(&mut conn).await.unwrap().iter().sum::<usize>() == n }
+        });
+        if tokio::time::timeout(Duration::from_secs(30), applied).await.is_ok() {
+            return;
         }
         let mut missing = Vec::new();
         for key in &wanted {
@@ -268,7 +261,7 @@ impl Data {
 /// Rebuilds into a second prefix and compares every key (TTLs aside).
 async fn assert_same_as_rebuild(mongo: &str, redis: &str, name: &str, prefix: &str, seed: u64) {
     let fresh_prefix = format!("{prefix}f");
-    let fresh = config(mongo, redis, name, &fresh_prefix);
+    let fresh = watch_env(name, &fresh_prefix).mongo(mongo).redis(redis).config();
     rebuild(&fresh, &RebuildOptions::full(), &Progress::hidden()).await.expect("reference rebuild");
     let watched = common::render_dump(&common::dump(redis, &format!("{prefix}:")).await, &format!("{prefix}:"));
     let expected =
@@ -292,7 +285,7 @@ async fn assert_same_as_rebuild(mongo: &str, redis: &str, name: &str, prefix: &s
 }
 
 async fn data(cfg: &Config, seed: u64) -> Data {
-    let source = cachewright::source::Source::connect(cfg).await.unwrap();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     Data { db: source.database().clone(), rng: Rng::new(seed), marker: 0 }
 }
 
@@ -313,7 +306,7 @@ async fn random_changes_equal_a_full_rebuild(setup: Setup, seeds: std::ops::Rang
     for seed in seeds {
         let name = common::unique("watchdiff");
         let prefix = format!("w{name}");
-        let cfg = config(&s.mongo.uri(), &url, &name, &prefix);
+        let cfg = watch_env(&name, &prefix).redis(&url).config();
         let mut d = data(&cfg, seed).await;
         d.seed().await;
         // Streaming before the first change, so the changes arrive as
@@ -336,7 +329,7 @@ async fn the_watcher_on_a_cluster_misses_nothing_while_thousands_of_slots_move()
     let url = Setup::Cluster.redis_url();
     let name = common::unique("watchreshard");
     let prefix = format!("w{name}");
-    let cfg = config(&s.mongo.uri(), &url, &name, &prefix);
+    let cfg = watch_env(&name, &prefix).redis(&url).config();
     let mut d = data(&cfg, 77).await;
     d.seed().await;
     let watcher = start_streaming(&cfg).await;
@@ -360,7 +353,7 @@ async fn a_killed_watcher_resumes_and_misses_nothing() {
     let s = common::shared();
     let name = common::unique("watchcrash");
     let prefix = format!("w{name}");
-    let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &prefix);
+    let cfg = watch_env(&name, &prefix).config();
     let mut d = data(&cfg, 42).await;
     d.seed().await;
     let watcher = start_streaming(&cfg).await;
@@ -374,17 +367,15 @@ async fn a_killed_watcher_resumes_and_misses_nothing() {
     }
     // Every stream has saved a token by now (idle ones within a second).
     let mut conn = common::redis_conn(&s.redis.url()).await;
-    for _ in 0..200 {
-        let keys: Vec<String> = ["Channel", "Category", "Tag", "VideoMedia"]
-            .iter()
-            .map(|c| format!("{}cdc:resume:{c}", cfg.status_prefix))
-            .collect();
-        let n: usize = redis::cmd("EXISTS").arg(keys).query_async(&mut conn).await.unwrap();
-        if n == 4 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let keys: Vec<String> = ["Channel", "Category", "Tag", "VideoMedia"]
+        .iter()
+        .map(|c| common::env::status_keys(&cfg).cdc_resume(c))
+        .collect();
+    common::wait_for("every stream to save a token", Duration::from_secs(10), || {
+        let (mut conn, keys) = (conn.clone(), keys.clone());
+        async move { redis::cmd("EXISTS").arg(keys).query_async::<usize>(&mut conn).await.unwrap() == 4 }
+    })
+    .await;
     watcher.kill().await;
     for _ in 0..40 {
         d.change().await;
@@ -392,12 +383,11 @@ async fn a_killed_watcher_resumes_and_misses_nothing() {
     let watcher = start(&cfg);
     d.settle(&s.redis.url(), &prefix).await;
     let health: String =
-        redis::cmd("GET").arg(format!("{}health:current", cfg.status_prefix)).query_async(&mut conn).await.unwrap();
+        redis::cmd("GET").arg(common::env::status_keys(&cfg).health()).query_async(&mut conn).await.unwrap();
     let health: serde_json::Value = serde_json::from_str(&health).unwrap();
     assert_eq!(health["streaming"], true);
     assert!(health["events_applied"]["VideoMedia"].as_u64().unwrap() > 0);
-    let ttl: i64 =
-        redis::cmd("TTL").arg(format!("{}health:current", cfg.status_prefix)).query_async(&mut conn).await.unwrap();
+    let ttl: i64 = redis::cmd("TTL").arg(common::env::status_keys(&cfg).health()).query_async(&mut conn).await.unwrap();
     assert!((1..=60).contains(&ttl));
     let metrics = watcher.stop().await;
     assert_eq!(metrics.rebuilds.load(std::sync::atomic::Ordering::Relaxed), 0, "resumed without a rebuild");
@@ -410,7 +400,7 @@ async fn an_unusable_resume_token_leads_to_a_rebuild_then_streaming() {
     let s = common::shared();
     let name = common::unique("watchlost");
     let prefix = format!("w{name}");
-    let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &prefix);
+    let cfg = watch_env(&name, &prefix).config();
     let mut d = data(&cfg, 7).await;
     d.seed().await;
     let watcher = start(&cfg);
@@ -418,7 +408,7 @@ async fn an_unusable_resume_token_leads_to_a_rebuild_then_streaming() {
     watcher.stop().await;
     let mut conn = common::redis_conn(&s.redis.url()).await;
     let _: () = redis::cmd("SET")
-        .arg(format!("{}cdc:resume:VideoMedia", cfg.status_prefix))
+        .arg(common::env::status_keys(&cfg).cdc_resume("VideoMedia"))
         .arg(r#"{"_data":"00DEADBEEF"}"#)
         .query_async(&mut conn)
         .await
@@ -444,7 +434,7 @@ async fn the_watcher_survives_a_mongodb_restart() {
     let mut mongo = common::servers::Mongo::start();
     let name = common::unique("watchrestart");
     let prefix = format!("w{name}");
-    let cfg = config(&mongo.uri(), &redis.url(), &name, &prefix);
+    let cfg = watch_env(&name, &prefix).mongo(&mongo.uri()).redis(&redis.url()).config();
     let mut d = data(&cfg, 9).await;
     d.seed().await;
     let watcher = start(&cfg);
@@ -470,7 +460,7 @@ async fn the_watcher_rebuilds_after_redis_loses_its_keys() {
     let mut redis = common::servers::Redis::start();
     let name = common::unique("watchredis");
     let prefix = format!("w{name}");
-    let cfg = config(&mongo.uri(), &redis.url(), &name, &prefix);
+    let cfg = watch_env(&name, &prefix).mongo(&mongo.uri()).redis(&redis.url()).config();
     let mut d = data(&cfg, 11).await;
     d.seed().await;
     let watcher = start_streaming(&cfg).await;
@@ -499,7 +489,7 @@ async fn a_cut_to_redis_longer_than_the_retries_loses_nothing() {
     let proxy = common::proxy::Proxy::start(s.redis.port).await;
     let name = common::unique("watchcut");
     let prefix = format!("w{name}");
-    let cfg = config(&s.mongo.uri(), &proxy.redis_url(), &name, &prefix);
+    let cfg = watch_env(&name, &prefix).redis(&proxy.redis_url()).config();
     let mut d = data(&cfg, 7).await;
     d.seed().await;
     let watcher = start_streaming(&cfg).await;
@@ -515,13 +505,10 @@ async fn a_cut_to_redis_longer_than_the_retries_loses_nothing() {
         d.change().await;
     }
     let failed = || watcher.metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed);
-    for _ in 0..600 {
-        if failed() > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(failed() > 0, "no batch failed during the cut: the fault was not injected");
+    common::wait_for("a batch to fail during the cut (the fault injected)", Duration::from_secs(30), || async {
+        failed() > 0
+    })
+    .await;
     for _ in 0..10 {
         d.change().await;
     }
@@ -540,7 +527,7 @@ async fn deletes_while_the_watcher_is_killed_are_removed_after_it_restarts() {
     let s = common::shared();
     let name = common::unique("watchdel");
     let prefix = format!("w{name}");
-    let cfg = config(&s.mongo.uri(), &s.redis.url(), &name, &prefix);
+    let cfg = watch_env(&name, &prefix).config();
     let mut d = data(&cfg, 9).await;
     d.seed().await;
     let spawn = || {
@@ -555,24 +542,21 @@ async fn deletes_while_the_watcher_is_killed_are_removed_after_it_restarts() {
     // the tokens): the heartbeat of this very process says so, and every
     // collection has a saved token.
     let streaming = |pid: u32| {
-        let (url, status) = (s.redis.url(), cfg.status_prefix.clone());
+        let (url, keys) = (s.redis.url(), common::env::status_keys(&cfg));
         async move {
-            let mut conn = common::redis_conn(&url).await;
-            for _ in 0..600 {
-                let beat: Option<String> =
-                    redis::cmd("GET").arg(format!("{status}health:current")).query_async(&mut conn).await.unwrap();
-                let beat: serde_json::Value = beat.and_then(|b| serde_json::from_str(&b).ok()).unwrap_or_default();
-                let tokens: Vec<String> = ["Channel", "Category", "Tag", "VideoMedia"]
-                    .iter()
-                    .map(|c| format!("{status}cdc:resume:{c}"))
-                    .collect();
-                let saved: usize = redis::cmd("EXISTS").arg(tokens).query_async(&mut conn).await.unwrap();
-                if beat["pid"] == pid && beat["streaming"] == true && saved == 4 {
-                    return;
+            let conn = common::redis_conn(&url).await;
+            let tokens: Vec<String> =
+                ["Channel", "Category", "Tag", "VideoMedia"].iter().map(|c| keys.cdc_resume(c)).collect();
+            common::wait_for(&format!("watcher {pid} to stream"), Duration::from_secs(30), || {
+                let (mut conn, health, tokens) = (conn.clone(), keys.health(), tokens.clone());
+                async move {
+                    let beat: Option<String> = redis::cmd("GET").arg(health).query_async(&mut conn).await.unwrap();
+                    let beat: serde_json::Value = beat.and_then(|b| serde_json::from_str(&b).ok()).unwrap_or_default();
+                    let saved: usize = redis::cmd("EXISTS").arg(tokens).query_async(&mut conn).await.unwrap();
+                    beat["pid"] == pid && beat["streaming"] == true && saved == 4
                 }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            panic!("watcher {pid} did not start streaming within 30s");
+            })
+            .await;
         }
     };
     // A key under the prefix whose name is not UTF-8: skipped, never
@@ -653,7 +637,7 @@ async fn a_backlog_goes_out_in_short_transactions_and_equals_a_full_rebuild() {
     let redis = common::servers::Redis::start();
     let name = common::unique("watchbacklog");
     let prefix = format!("w{name}");
-    let mut cfg = config(&s.mongo.uri(), &redis.url(), &name, &prefix);
+    let mut cfg = watch_env(&name, &prefix).redis(&redis.url()).config();
     cfg.write_batch_ops = 4;
     cfg.write_batch_cost = 6_000;
     let mut d = data(&cfg, 31).await;
@@ -697,7 +681,7 @@ async fn a_category_of_9000_videos_renamed_and_flipped_on_a_cluster_follows() {
     let url = Setup::Cluster.redis_url();
     let name = common::unique("watchbigcat");
     let prefix = format!("w{name}");
-    let cfg = config(&s.mongo.uri(), &url, &name, &prefix);
+    let cfg = watch_env(&name, &prefix).redis(&url).config();
     let mut d = data(&cfg, 21).await;
     d.seed().await;
     let categories = d.db.collection::<Document>("Category");
@@ -759,7 +743,7 @@ async fn a_platform_backlog_on_a_cluster_stays_within_the_budget_and_equals_a_fu
     let url = Setup::Cluster.redis_url();
     let name = common::unique("watchclbacklog");
     let prefix = format!("w{name}");
-    let mut cfg = config(&s.mongo.uri(), &url, &name, &prefix);
+    let mut cfg = watch_env(&name, &prefix).redis(&url).config();
     cfg.write_batch_cost = 20_000;
     let mut d = data(&cfg, 41).await;
     d.seed().await;
@@ -828,7 +812,7 @@ async fn patches_and_drift(setup: Setup) {
     let url = setup.redis_url();
     let name = common::unique("watchpatch");
     let prefix = format!("w{name}");
-    let cfg = config(&s.mongo.uri(), &url, &name, &prefix);
+    let cfg = watch_env(&name, &prefix).redis(&url).config();
     let mut d = data(&cfg, 51).await;
     d.seed().await;
     d.db.collection::<Document>("Category")
@@ -912,7 +896,7 @@ async fn a_fail_over_of_every_master_while_watching_leaves_the_cache_exact() {
     let url = cluster.url();
     let name = common::unique("watchfailover");
     let prefix = format!("w{name}");
-    let cfg = config(&s.mongo.uri(), &url, &name, &prefix);
+    let cfg = watch_env(&name, &prefix).redis(&url).config();
     let mut d = data(&cfg, 61).await;
     d.seed().await;
     let watcher = start_streaming(&cfg).await;
@@ -1002,7 +986,7 @@ async fn an_uncovered_slot_holds_back_only_its_own_keys() {
     let (name, prefix, cfg, stalled) = (0..)
         .find_map(|i| {
             let (name, prefix) = (format!("{base}{i}"), format!("u{base}{i}"));
-            let cfg = config(&s.mongo.uri(), &url, &name, &prefix);
+            let cfg = watch_env(&name, &prefix).redis(&url).config();
             let used: Vec<String> = control_keys(&cfg).iter().map(|k| owner(k)).collect();
             let free = ranges.iter().find(|(_, _, m)| !used.contains(m))?;
             Some((name, prefix, cfg, (free.0, free.1, free.2.clone())))

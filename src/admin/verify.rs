@@ -107,10 +107,10 @@ impl VerifyOptions {
 
 pub async fn verify(cfg: &Config, opts: VerifyOptions, progress: &Progress) -> Result<VerifyReport, RunError> {
     let families = opts.families;
-    let source = Source::connect(cfg).await?;
-    let sink = Sink::connect_for(cfg, crate::sink::Access::Read).await?;
+    let source = Source::connect(&cfg.mongo()).await?;
+    let sink = Sink::connect_for(&cfg.redis(), crate::sink::Access::Read).await?;
     let ctx = Arc::new(plan_ctx(cfg, families));
-    let budget = sink.tx_budget(cfg);
+    let budget = sink.tx_budget();
 
     // What a rebuild would write streams through the checker as the
     // rebuild's own stages plan it (catalogue, then each video's keys,

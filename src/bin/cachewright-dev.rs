@@ -155,7 +155,7 @@ async fn run(cli: &Cli) -> DevResult<()> {
 }
 
 async fn generate(cfg: &cachewright::config::Config, args: &GenerateArgs) -> DevResult<()> {
-    let source = cachewright::source::Source::connect(cfg).await?;
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await?;
     dev::guard(cfg, source.database(), "fixtures generate", args.yes).await?;
     let progress = Progress::auto();
     let stage = progress.stage("generating videos", args.videos as u64);
@@ -183,7 +183,7 @@ async fn generate(cfg: &cachewright::config::Config, args: &GenerateArgs) -> Dev
 async fn load(cfg: &cachewright::config::Config, args: &LoadArgs) -> DevResult<()> {
     let c = &cfg.collections;
     let sets = dev::fixtures::read_dir(&args.dir, &[&c.channel, &c.category, &c.tag, &c.video])?;
-    let source = cachewright::source::Source::connect(cfg).await?;
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await?;
     dev::guard(cfg, source.database(), "fixtures load", args.yes).await?;
     dev::fixtures::load(source.database(), &sets)
         .await

@@ -4,7 +4,7 @@ use super::*;
 
 pub async fn run(global: &GlobalArgs, args: &MemoryArgs) -> anyhow::Result<ExitCode> {
     let cfg = load_config(global)?;
-    let sink = cachewright::sink::Sink::connect_for(&cfg, cachewright::sink::Access::Read).await?;
+    let sink = cachewright::sink::Sink::connect_for(&cfg.redis(), cachewright::sink::Access::Read).await?;
     let keys = cachewright::keys::Keys::new(cfg.prefix.clone());
     let report = admin::memory::measure(&sink, &keys, args.sample.max(1)).await?;
     match args.format {

@@ -4,7 +4,7 @@ use super::*;
 
 pub async fn run(global: &GlobalArgs, args: &MigrateArgs) -> anyhow::Result<ExitCode> {
     let cfg = load_config(global)?;
-    let source = cachewright::source::Source::connect(&cfg).await?;
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await?;
     let progress = Progress::auto();
     let steps =
         admin::migrate::migrate(source.database(), &cfg.collections, args.batch.max(1), args.dry_run, &progress)

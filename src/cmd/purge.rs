@@ -18,7 +18,7 @@ pub async fn run(global: &GlobalArgs, args: &PurgeArgs) -> anyhow::Result<ExitCo
         return Ok(ExitCode::from(EXIT_USAGE));
     }
     let cfg = load_config(global)?;
-    let sink = cachewright::sink::Sink::connect_for(&cfg, cachewright::sink::Access::Write).await?;
+    let sink = cachewright::sink::Sink::connect_for(&cfg.redis(), cachewright::sink::Access::Write).await?;
     let counts = admin::purge::purge(&sink, &old, args.dry_run, &Progress::auto()).await.context("purge failed")?;
     let rows: Vec<Vec<String>> = counts.iter().map(|(f, n)| vec![f.name().to_string(), n.to_string()]).collect();
     let header = ["family", if args.dry_run { "would delete" } else { "deleted" }];

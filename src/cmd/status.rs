@@ -6,9 +6,9 @@ pub async fn run(global: &GlobalArgs, args: &StatusArgs) -> anyhow::Result<ExitC
     use cachewright::status::show;
     let cfg = load_config(global)?;
     let keys = cachewright::keys::status::StatusKeys::new(cfg.status_prefix.clone());
-    let sink = cachewright::sink::Sink::connect(&cfg).await?;
+    let sink = cachewright::sink::Sink::connect(&cfg.redis()).await?;
     if args.follow {
-        let client = cachewright::sink::client(&cfg)?;
+        let client = cachewright::sink::client(&cfg.redis())?;
         cachewright::sink::jobs::follow_progress(client, &keys, args.run_id.as_deref(), |channel, payload| {
             println!("{} {}", show::printable(channel), show::printable(payload))
         })

@@ -25,8 +25,10 @@ pub(crate) fn invalid(setting: &'static str, value: impl ToString, hint: impl In
     ConfigError::Invalid { setting, value: value.to_string(), hint: hint.into() }
 }
 
+mod edges;
 mod settings;
 
+pub use edges::{MongoSettings, RedisSettings};
 pub use settings::{ConfigFlags, RawConfig, SETTINGS, Setting, markdown_table};
 
 impl RawConfig {
@@ -515,7 +517,7 @@ mod tests {
                         let shown = format!("{cfg:?}");
                         prop_assert!(!shown.contains(&secret), "{}", shown);
                         // The Redis edge's errors, as printed with their causes.
-                        if let Err(err) = crate::sink::client(&cfg) {
+                        if let Err(err) = crate::sink::client(&cfg.redis()) {
                             prop_assert!(!format!("{err} {err:?}").contains(&secret), "{}", err);
                         }
                     }
@@ -525,7 +527,7 @@ mod tests {
                 let mongo_only = RawConfig { mongodb_uri: Some(url.clone()), ..RawConfig::default() };
                 if let Ok(cfg) = Config::from_raw(mongo_only) {
                     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-                    if let Err(err) = rt.block_on(crate::source::client_options(&cfg)) {
+                    if let Err(err) = rt.block_on(crate::source::client_options(&cfg.mongo())) {
                         prop_assert!(!err.to_string().contains(&secret), "{}", err);
                     }
                 }

@@ -58,12 +58,12 @@ async fn write_resp(cfg: &Config, sink: &Sink, ops: &[crate::plan::Op], dir: &st
 }
 
 pub async fn run(cfg: &Config, resp_dir: Option<&std::path::Path>) -> super::DevResult<BenchReport> {
-    let source = Source::connect(cfg).await?;
-    let sink = Sink::connect(cfg).await?;
+    let source = Source::connect(&cfg.mongo()).await?;
+    let sink = Sink::connect(&cfg.redis()).await?;
 
     // (a) Read only: the same driver, cursors and batch size, in parallel.
     let started = Instant::now();
-    let [channels, categories, tags, videos] = source.read_four(cfg).await?;
+    let [channels, categories, tags, videos] = source.read_four(&cfg.mongo()).await?;
     let read_seconds = started.elapsed().as_secs_f64();
     let documents = (channels.len() + categories.len() + tags.len() + videos.len()) as u64;
 
@@ -89,7 +89,7 @@ pub async fn run(cfg: &Config, resp_dir: Option<&std::path::Path>) -> super::Dev
     }
     let started = Instant::now();
     let (tx, rx) = tokio::sync::mpsc::channel(16);
-    let budget = sink.tx_budget(cfg);
+    let budget = sink.tx_budget();
     let writer =
         tokio::spawn(run_writer(Some(sink), rx, cfg.write_concurrency, None, crate::plan::FamilySet::of([]), |_| {}));
     let mut batcher = Batcher::new(tx, budget);

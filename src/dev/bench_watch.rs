@@ -93,7 +93,7 @@ async fn spawn_streaming(cfg: &Config, opts: WatchOptions) -> super::DevResult<S
 }
 
 pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevResult<WatchBench> {
-    let source = Source::connect(cfg).await?;
+    let source = Source::connect(&cfg.mongo()).await?;
     let videos = source.database().collection::<Document>(&cfg.collections.video);
     let ids: Vec<mongodb::bson::Bson> = videos
         .find(doc! { "listStatus": 1 })

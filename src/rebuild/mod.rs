@@ -249,7 +249,7 @@ pub async fn rebuild(cfg: &Config, opts: &RebuildOptions, progress: &Progress) -
     if let (Some(edges), Some(_), false) = (&opts.edges, &opts.fence, opts.dry_run) {
         return run_reported(cfg, opts, progress, edges.sink.clone(), status, None).await;
     }
-    let sink = Sink::connect_for(cfg, access).await?;
+    let sink = Sink::connect_for(&cfg.redis(), access).await?;
     if opts.dry_run {
         return run_pipeline(cfg, opts, progress, &sink).await;
     }
@@ -356,14 +356,14 @@ async fn run_pipeline(
     let started = Instant::now();
     let source = match &opts.edges {
         Some(edges) => edges.source.clone(),
-        None => Source::connect(cfg).await?,
+        None => Source::connect(&cfg.mongo()).await?,
     };
     let memory_before = sink.used_memory().await.ok();
     let redis_run_id = sink.run_id().await?;
     let ctx = Arc::new(plan_ctx(cfg, opts.families));
 
     let (tx, rx) = mpsc::channel::<Vec<Op>>(16);
-    let budget = sink.tx_budget(cfg);
+    let budget = sink.tx_budget();
     let write_stage = Arc::new(progress.stage("writing ops", 0));
     let writer = {
         let stage = write_stage.clone();

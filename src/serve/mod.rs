@@ -312,8 +312,8 @@ pub async fn run(
     }
     let shared = Arc::new(Shared {
         cfg: cfg.clone(),
-        source: Source::connect(cfg).await?,
-        sink: Sink::connect_for(cfg, crate::sink::Access::Write).await?,
+        source: Source::connect(&cfg.mongo()).await?,
+        sink: Sink::connect_for(&cfg.redis(), crate::sink::Access::Write).await?,
         metrics,
         watch_metrics,
         watch_enabled: opts.watch,

@@ -28,7 +28,7 @@ pub use state::info_value;
 pub use sweep::{Existing, Produced, Stale, digest};
 pub use writer::{WriteOutcome, per_video, run_writer};
 
-use crate::config::{Config, TierSeconds, redact_url, scrub};
+use crate::config::{RedisSettings, TierSeconds, redact_url, scrub};
 use crate::plan::Op;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::time::Duration;
@@ -188,20 +188,22 @@ pub struct Sink {
     /// transaction, a script's share of it on a cluster. A collection
     /// above it is written through a stage (see [`stage`]).
     unit_cost: usize,
+    /// Keys one write transaction may carry (`write_batch_ops`).
+    max_keys: usize,
 }
 
-fn connect_error(cfg: &Config) -> impl Fn(redis::RedisError) -> SinkError + '_ {
+fn connect_error(settings: &RedisSettings) -> impl Fn(redis::RedisError) -> SinkError + '_ {
     |cause: redis::RedisError| SinkError::Connect {
-        url: redact_url(&cfg.redis_url),
-        reason: scrub(&cause.to_string(), &cfg.redis_url),
+        url: redact_url(&settings.url),
+        reason: scrub(&cause.to_string(), &settings.url),
         cause,
     }
 }
 
 /// Builds a client from the URL plus `REDIS_PASSWORD` / `REDIS_DB`.
-pub fn client(cfg: &Config) -> Result<redis::Client, SinkError> {
-    let connect_err = connect_error(cfg);
-    let (info, certificates) = connection_info(cfg, &cfg.redis_url)?;
+pub fn client(settings: &RedisSettings) -> Result<redis::Client, SinkError> {
+    let connect_err = connect_error(settings);
+    let (info, certificates) = connection_info(settings, &settings.url)?;
     match certificates {
         None => redis::Client::open(info).map_err(connect_err),
         Some(certificates) => redis::Client::build_with_tls(info, certificates).map_err(connect_err),
@@ -211,21 +213,21 @@ pub fn client(cfg: &Config) -> Result<redis::Client, SinkError> {
 /// The connection settings of `url` with `REDIS_PASSWORD` / `REDIS_DB`
 /// applied, and the TLS files when any is set.
 fn connection_info(
-    cfg: &Config,
+    settings: &RedisSettings,
     url: &str,
 ) -> Result<(redis::ConnectionInfo, Option<redis::TlsCertificates>), SinkError> {
     use redis::IntoConnectionInfo;
-    let connect_err = connect_error(cfg);
+    let connect_err = connect_error(settings);
     let mut info = url.into_connection_info().map_err(connect_err)?;
-    let mut settings = info.redis_settings().clone();
-    if let Some(password) = &cfg.redis_password {
-        settings = settings.set_password(password);
+    let mut node = info.redis_settings().clone();
+    if let Some(password) = &settings.password {
+        node = node.set_password(password);
     }
-    if let Some(db) = cfg.redis_db {
-        settings = settings.set_db(db);
+    if let Some(db) = settings.db {
+        node = node.set_db(db);
     }
-    info = info.set_redis_settings(settings);
-    if !cfg.redis_tls.is_set() {
+    info = info.set_redis_settings(node);
+    if !settings.tls.is_set() {
         return Ok((info, None));
     }
     let read = |path: &std::path::Path, what: &str| {
@@ -235,8 +237,8 @@ fn connection_info(
             reason: e.to_string(),
         })
     };
-    let root_cert = cfg.redis_tls.ca.as_deref().map(|p| read(p, "REDIS_TLS_CA")).transpose()?;
-    let client_tls = match (&cfg.redis_tls.cert, &cfg.redis_tls.key) {
+    let root_cert = settings.tls.ca.as_deref().map(|p| read(p, "REDIS_TLS_CA")).transpose()?;
+    let client_tls = match (&settings.tls.cert, &settings.tls.key) {
         (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
             client_cert: read(cert, "REDIS_TLS_CERT")?,
             client_key: read(key, "REDIS_TLS_KEY")?,
@@ -248,56 +250,57 @@ fn connection_info(
 
 /// Whether the node at `REDIS_URL` runs in cluster mode, unless
 /// `REDIS_CLUSTER` decides.
-async fn cluster_mode(cfg: &Config, client: &redis::Client) -> Result<bool, SinkError> {
-    if let Some(decided) = cfg.redis_cluster {
+async fn cluster_mode(settings: &RedisSettings, client: &redis::Client) -> Result<bool, SinkError> {
+    if let Some(decided) = settings.cluster {
         return Ok(decided);
     }
-    if !cfg.redis_cluster_nodes.is_empty() {
+    if !settings.cluster_nodes.is_empty() {
         return Ok(true);
     }
-    let connect_err = connect_error(cfg);
+    let connect_err = connect_error(settings);
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(5)))
         .set_response_timeout(Some(Duration::from_secs(10)));
     let mut conn = client.get_multiplexed_async_connection_with_config(&config).await.map_err(connect_err)?;
-    let info: String = redis::cmd("INFO").arg("cluster").query_async(&mut conn).await.map_err(connect_error(cfg))?;
+    let info: String =
+        redis::cmd("INFO").arg("cluster").query_async(&mut conn).await.map_err(connect_error(settings))?;
     Ok(info_value(&info, "cluster_enabled") == Some("1"))
 }
 
 /// Connects to a Redis Cluster through `REDIS_URL` and the extra seeds.
-async fn connect_cluster(cfg: &Config) -> Result<router::Router, SinkError> {
-    if cfg.redis_db.is_some_and(|db| db != 0) {
+async fn connect_cluster(settings: &RedisSettings) -> Result<router::Router, SinkError> {
+    if settings.db.is_some_and(|db| db != 0) {
         return Err(SinkError::Cluster(format!(
             "REDIS_DB={} is set, but a Redis Cluster has database 0 only: unset REDIS_DB or set it to 0",
-            cfg.redis_db.unwrap_or(0)
+            settings.db.unwrap_or(0)
         )));
     }
-    let (first, certificates) = connection_info(cfg, &cfg.redis_url)?;
-    let scheme = if cfg.redis_url.starts_with("rediss://") { "rediss" } else { "redis" };
-    let connect = router::Router::connect(first, scheme, certificates, cfg.redis_cluster_nodes.clone());
+    let (first, certificates) = connection_info(settings, &settings.url)?;
+    let scheme = if settings.url.starts_with("rediss://") { "rediss" } else { "redis" };
+    let connect = router::Router::connect(first, scheme, certificates, settings.cluster_nodes.clone());
     tokio::time::timeout(Duration::from_secs(15), connect)
         .await
-        .map_err(|_| connect_error(cfg)(timed_out()))?
-        .map_err(connect_error(cfg))
+        .map_err(|_| connect_error(settings)(timed_out()))?
+        .map_err(connect_error(settings))
 }
 
 /// Finds the master `REDIS_SENTINEL_MASTER` through `REDIS_SENTINELS`,
 /// with `REDIS_URL`'s scheme, user, password, database and TLS.
-async fn connect_sentinel(cfg: &Config) -> Result<sentinel::Sentinel, SinkError> {
-    let (template, certificates) = connection_info(cfg, &cfg.redis_url)?;
-    let scheme = if cfg.redis_url.starts_with("rediss://") { "rediss" } else { "redis" };
+async fn connect_sentinel(settings: &RedisSettings) -> Result<sentinel::Sentinel, SinkError> {
+    let (template, certificates) = connection_info(settings, &settings.url)?;
+    let scheme = if settings.url.starts_with("rediss://") { "rediss" } else { "redis" };
     let connect = sentinel::Sentinel::connect(sentinel::Setup {
-        sentinels: cfg.redis_sentinels.clone(),
-        name: cfg.redis_sentinel_master.clone(),
+        sentinels: settings.sentinels.clone(),
+        name: settings.sentinel_master.clone(),
         template,
         certificates,
         scheme,
-        response_timeout: Duration::from_secs(cfg.redis_timeout_seconds),
+        response_timeout: Duration::from_secs(settings.timeout_seconds),
     });
     tokio::time::timeout(Duration::from_secs(30), connect)
         .await
-        .map_err(|_| connect_error(cfg)(timed_out()))?
-        .map_err(connect_error(cfg))
+        .map_err(|_| connect_error(settings)(timed_out()))?
+        .map_err(connect_error(settings))
 }
 
 /// Whether the Redis servers behind `now` (a [`Sink::run_id`]) are those
@@ -325,27 +328,28 @@ fn timed_out() -> redis::RedisError {
 
 impl Sink {
     /// Connects and pings. Reconnects later happen inside the manager.
-    pub async fn connect(cfg: &Config) -> Result<Sink, SinkError> {
-        let connect_err = connect_error(cfg);
-        let client = client(cfg)?;
-        let conn = if !cfg.redis_sentinels.is_empty() {
-            RedisConn::Sentinel(std::sync::Arc::new(connect_sentinel(cfg).await?))
-        } else if cluster_mode(cfg, &client).await? {
-            RedisConn::Cluster(std::sync::Arc::new(connect_cluster(cfg).await?))
+    pub async fn connect(settings: &RedisSettings) -> Result<Sink, SinkError> {
+        let connect_err = connect_error(settings);
+        let client = client(settings)?;
+        let conn = if !settings.sentinels.is_empty() {
+            RedisConn::Sentinel(std::sync::Arc::new(connect_sentinel(settings).await?))
+        } else if cluster_mode(settings, &client).await? {
+            RedisConn::Cluster(std::sync::Arc::new(connect_cluster(settings).await?))
         } else {
-            RedisConn::Single(Sink::connect_single(cfg, &client).await?)
+            RedisConn::Single(Sink::connect_single(settings, &client).await?)
         };
         let mut sink = Sink {
             conn,
             client,
-            status_prefix: cfg.status_prefix.clone(),
+            status_prefix: settings.status_prefix.clone(),
             exclusive: Default::default(),
             fence: None,
-            ttl: cfg.ttl,
-            jitter: cfg.ttl_jitter,
+            ttl: settings.ttl,
+            jitter: settings.ttl_jitter,
             retry: RetryPolicy::default(),
-            unit_cost: cfg.write_batch_cost,
-            timeout: Duration::from_secs(cfg.redis_timeout_seconds),
+            unit_cost: settings.write_batch_cost,
+            max_keys: settings.write_batch_ops,
+            timeout: Duration::from_secs(settings.timeout_seconds),
         };
         if sink.is_cluster() {
             sink.unit_cost /= cluster::SCRIPT_BUDGET_DIVISOR;
@@ -358,18 +362,18 @@ impl Sink {
         }
         redis::cmd("PING").query_async::<()>(&mut sink.conn).await.map_err(connect_err)?;
         if sink.is_cluster() {
-            sink.check_cluster(cfg)?;
+            sink.check_cluster(settings)?;
         }
         Ok(sink)
     }
 
-    async fn connect_single(cfg: &Config, client: &redis::Client) -> Result<ConnectionManager, SinkError> {
-        let connect_err = connect_error(cfg);
+    async fn connect_single(settings: &RedisSettings, client: &redis::Client) -> Result<ConnectionManager, SinkError> {
+        let connect_err = connect_error(settings);
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(5)))
             // Big index keys take a while to apply; a short timeout would
             // retry work that is still running.
-            .set_response_timeout(Some(Duration::from_secs(cfg.redis_timeout_seconds)))
+            .set_response_timeout(Some(Duration::from_secs(settings.timeout_seconds)))
             .set_number_of_retries(3)
             .set_max_delay(Duration::from_secs(2));
         tokio::time::timeout(
@@ -384,11 +388,11 @@ impl Sink {
     /// Connects, then checks that the user may do what `access` needs
     /// and, for writers, that Redis will not evict control records (see
     /// [`acl`]), before the caller writes anything.
-    pub async fn connect_for(cfg: &Config, access: Access) -> Result<Sink, SinkError> {
-        let sink = Sink::connect(cfg).await?;
-        sink.check_access(cfg, access).await?;
+    pub async fn connect_for(settings: &RedisSettings, access: Access) -> Result<Sink, SinkError> {
+        let sink = Sink::connect(settings).await?;
+        sink.check_access(settings, access).await?;
         if access == Access::Write {
-            sink.check_eviction(cfg.redis_allow_eviction).await?;
+            sink.check_eviction(settings.allow_eviction).await?;
         }
         Ok(sink)
     }
@@ -414,13 +418,13 @@ impl Sink {
     /// what one Redis runs at once; a cluster cuts each batch into one
     /// script per master, so its batches carry that budget per master, at
     /// a script's share of it (see [`cluster::SCRIPT_BUDGET_DIVISOR`]).
-    pub fn tx_budget(&self, cfg: &Config) -> crate::plan::TxBudget {
+    pub fn tx_budget(&self) -> crate::plan::TxBudget {
         // One unit per master: `unit_cost` already holds a script's share.
         let max_cost = match &self.conn {
             RedisConn::Cluster(router) => self.unit_cost.saturating_mul(router.masters().len().max(1)),
             _ => self.unit_cost,
         };
-        crate::plan::TxBudget { max_keys: cfg.write_batch_ops, max_cost }
+        crate::plan::TxBudget { max_keys: self.max_keys, max_cost }
     }
 
     pub fn with_retry(mut self, retry: RetryPolicy) -> Sink {

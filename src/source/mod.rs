@@ -1,7 +1,7 @@
 //! The MongoDB edge: connects, streams raw documents with tuned batch
 //! sizes, and says what went wrong in operator terms.
 
-use crate::config::{Config, redact_url, scrub};
+use crate::config::{MongoSettings, redact_url, scrub};
 use futures::TryStreamExt;
 use mongodb::bson::{RawDocumentBuf, doc};
 use mongodb::options::ClientOptions;
@@ -73,29 +73,29 @@ pub struct Source {
     db: Database,
 }
 
-fn connect_error(cfg: &Config, cause: mongodb::error::Error) -> SourceError {
+fn connect_error(settings: &MongoSettings, cause: mongodb::error::Error) -> SourceError {
     SourceError::Connect {
-        uri: redact_url(&cfg.mongodb_uri),
-        reason: scrub(&cause.to_string(), &cfg.mongodb_uri),
+        uri: redact_url(&settings.uri),
+        reason: scrub(&cause.to_string(), &settings.uri),
         cause: Box::new(cause),
     }
 }
 
 /// Parses `MONGODB_URI` into driver options (no IO but SRV lookups).
-pub async fn client_options(cfg: &Config) -> Result<ClientOptions, SourceError> {
-    ClientOptions::parse(&cfg.mongodb_uri).await.map_err(|cause| connect_error(cfg, cause))
+pub async fn client_options(settings: &MongoSettings) -> Result<ClientOptions, SourceError> {
+    ClientOptions::parse(&settings.uri).await.map_err(|cause| connect_error(settings, cause))
 }
 
 impl Source {
     /// Connects and pings, so a wrong address fails here, clearly.
-    pub async fn connect(cfg: &Config) -> Result<Source, SourceError> {
-        let connect_err = |cause| connect_error(cfg, cause);
-        let mut options = client_options(cfg).await?;
+    pub async fn connect(settings: &MongoSettings) -> Result<Source, SourceError> {
+        let connect_err = |cause| connect_error(settings, cause);
+        let mut options = client_options(settings).await?;
         options.app_name = Some("cachewright".into());
         options.server_selection_timeout.get_or_insert(Duration::from_secs(10));
         options.connect_timeout.get_or_insert(Duration::from_secs(5));
         let client = Client::with_options(options).map_err(connect_err)?;
-        let db = client.database(&cfg.mongodb_db);
+        let db = client.database(&settings.db);
         db.run_command(doc! { "ping": 1 }).await.map_err(connect_err)?;
         Ok(Source { db })
     }
@@ -149,8 +149,8 @@ impl Source {
 
     /// Reads the four collections whole and concurrently: channels,
     /// categories, tags, videos.
-    pub async fn read_four(&self, cfg: &crate::config::Config) -> Result<[Vec<RawDocumentBuf>; 4], SourceError> {
-        let (c, batch) = (&cfg.collections, cfg.read_batch_size);
+    pub async fn read_four(&self, settings: &MongoSettings) -> Result<[Vec<RawDocumentBuf>; 4], SourceError> {
+        let (c, batch) = (&settings.collections, settings.read_batch_size);
         let (channels, categories, tags, videos) = tokio::try_join!(
             self.read_all(&c.channel, batch),
             self.read_all(&c.category, batch),

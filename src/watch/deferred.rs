@@ -130,7 +130,7 @@ impl Engine<'_> {
                 None => Change::Delete(e.key.clone()),
             })
             .collect();
-        let budget = self.sink.tx_budget(self.cfg);
+        let budget = self.sink.tx_budget();
         if let Err(err) = self.apply_runs(budget.cut(&changes)).await {
             tracing::warn!(error = %err, keys = changes.len(), "deferred keys could not be written yet; trying again");
             return Ok(());

@@ -222,7 +222,7 @@ impl Engine<'_> {
         let mut plan = off_runtime(|| plan::plan_batch(state, &applied, &view, self.ctx));
         let planned = started.elapsed();
         self.metrics.visited(plan.visited);
-        let budget = self.sink.tx_budget(self.cfg);
+        let budget = self.sink.tx_budget();
         let deferred = match self.defer_uncovered(state, &mut plan).await {
             Ok(deferred) => deferred,
             Err(err) => {

@@ -141,7 +141,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), WatchError> {
     tokio::pin!(shutdown);
-    let sink = Sink::connect_for(cfg, crate::sink::Access::Write).await?;
+    let sink = Sink::connect_for(&cfg.redis(), crate::sink::Access::Write).await?;
     let status = StatusKeys::new(cfg.status_prefix.clone());
     let ttl = Duration::from_secs(cfg.lease_seconds);
     loop {
@@ -183,7 +183,7 @@ pub async fn run_fenced(
     // permissions before taking the lease; a restart need not again.
     let (sink, source) = match &opts.edges {
         Some(edges) => (edges.sink.clone(), edges.source.clone()),
-        None => (Sink::connect(cfg).await?.fenced(fence.clone()).await?, Source::connect(cfg).await?),
+        None => (Sink::connect(&cfg.redis()).await?.fenced(fence.clone()).await?, Source::connect(&cfg.mongo()).await?),
     };
     let status = StatusKeys::new(cfg.status_prefix.clone());
     let ctx = plan_ctx(cfg, FamilySet::all());

@@ -2,6 +2,7 @@
 //! fixture loading and Redis dumps.
 #![allow(dead_code)]
 
+pub mod env;
 pub mod ops;
 pub mod proxy;
 pub mod render;
@@ -9,6 +10,7 @@ pub mod servers;
 pub mod watcher;
 
 use cachewright::config::{Config, RawConfig};
+pub use env::TestEnv;
 use render::Content;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -82,20 +84,6 @@ pub fn unique(tag: &str) -> String {
     format!("{tag}{}x{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
 }
 
-/// A configuration against the given servers with its own db and prefix.
-pub fn config(mongo_uri: &str, redis_url: &str, name: &str) -> Config {
-    Config::from_raw(RawConfig {
-        mongodb_uri: Some(mongo_uri.to_string()),
-        mongodb_db: Some(name.to_string()),
-        redis_url: Some(redis_url.to_string()),
-        prefix: Some(format!("{name}:")),
-        status_prefix: Some(format!("cw-{name}:")),
-        home_limit: Some(3),
-        ..RawConfig::default()
-    })
-    .expect("test config is valid")
-}
-
 /// The golden tests' planner settings: default prefix, home limit 3.
 pub fn golden_config() -> Config {
     Config::from_raw(RawConfig { home_limit: Some(3), ..RawConfig::default() }).expect("valid")
@@ -105,7 +93,7 @@ pub async fn load_fixtures(cfg: &Config, dir: &Path) {
     let c = &cfg.collections;
     let sets = cachewright::dev::fixtures::read_dir(dir, &[&c.channel, &c.category, &c.tag, &c.video])
         .expect("fixtures parse");
-    let source = cachewright::source::Source::connect(cfg).await.expect("mongo reachable");
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.expect("mongo reachable");
     cachewright::dev::fixtures::load(source.database(), &sets).await.expect("fixtures load");
 }
 
@@ -216,8 +204,8 @@ pub fn render_dump(dump: &BTreeMap<String, (Content, i64)>, prefix: &str) -> Str
 pub async fn expected_render(cfg: &Config) -> String {
     use cachewright::plan::plan_in_memory;
     use cachewright::rebuild::plan_ctx;
-    let source = cachewright::source::Source::connect(cfg).await.expect("mongo reachable");
-    let raw = source.read_four(cfg).await.expect("read the collections");
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.expect("mongo reachable");
+    let raw = source.read_four(&cfg.mongo()).await.expect("read the collections");
     let ctx = plan_ctx(cfg, cachewright::plan::FamilySet::all());
     let run = plan_in_memory(&ctx, &cfg.collections, &raw[0], &raw[1], &raw[2], &raw[3]);
     render::render_ops(&run.ops).replace(&cfg.prefix, "app:")
@@ -240,8 +228,7 @@ pub async fn assert_exact_at(url: &str, cfg: &Config) {
 /// A database and prefix of this test's own, loaded with the edge-case
 /// fixtures and rebuilt once into Redis.
 pub async fn edge_case_cache(tag: &str) -> Config {
-    let s = shared();
-    let cfg = config(&s.mongo.uri(), &s.redis.url(), &unique(tag));
+    let cfg = TestEnv::new(tag).config();
     load_fixtures(&cfg, &fixture_dir("edge-cases")).await;
     cachewright::rebuild::rebuild(
         &cfg,
@@ -260,11 +247,70 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = std::time::Instant::now() + timeout;
-    while !check().await {
-        assert!(std::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    wait_for_some(what, timeout, || {
+        let holds = check();
+        async move { holds.await.then_some(()) }
+    })
+    .await
+}
+
+/// Waits until `check` gives a value and returns it, polling every
+/// 20 ms; panics with `what` after `timeout`.
+pub async fn wait_for_some<T, F, Fut>(what: &str, timeout: std::time::Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    wait_for_every(what, timeout, std::time::Duration::from_millis(20), check).await
+}
+
+/// [`wait_for_some`] polling every `every`: for a moment that passes
+/// quickly (a run to catch in its middle).
+pub async fn wait_for_every<T, F, Fut>(
+    what: &str,
+    timeout: std::time::Duration,
+    every: std::time::Duration,
+    mut check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    // `Duration::MAX`: no deadline (the caller bounds the wait itself).
+    let deadline = std::time::Instant::now().checked_add(timeout);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        let late = deadline.is_some_and(|d| std::time::Instant::now() >= d);
+        assert!(!late, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(every).await;
     }
+}
+
+/// A full rebuild, started again while another writer still holds the
+/// lease (for up to a minute): a take-over after the holder stalled.
+pub async fn rebuild_once_the_lease_is_free(
+    cfg: &Config,
+) -> Result<cachewright::rebuild::RunSummary, cachewright::rebuild::RunError> {
+    use cachewright::rebuild::{RebuildOptions, RunError, rebuild};
+    wait_for_some("the lease to be free for a second rebuild", std::time::Duration::from_secs(60), || async {
+        match rebuild(cfg, &RebuildOptions::full(), &cachewright::progress::Progress::hidden()).await {
+            Err(RunError::Lease(_)) => None,
+            other => Some(other),
+        }
+    })
+    .await
+}
+
+/// Waits until `child` exits and gives its exit code (`None` when a
+/// signal ended it); panics with `what` after `timeout`.
+pub async fn wait_exit(child: &mut std::process::Child, what: &str, timeout: std::time::Duration) -> Option<i32> {
+    wait_for_some(what, timeout, || {
+        let exited = child.try_wait().expect("the child can be waited on");
+        async move { exited.map(|status| status.code()) }
+    })
+    .await
 }
 
 /// One HTTP GET: the status code and the body.
@@ -309,7 +355,7 @@ pub fn cachewright(cfg: &Config) -> std::process::Command {
 /// Generates a catalogue of `videos` videos (10 channels, 100
 /// categories, 400 tags) into `cfg`'s database.
 pub async fn generate(cfg: &Config, videos: usize, seed: u64) {
-    let source = cachewright::source::Source::connect(cfg).await.expect("mongo reachable");
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.expect("mongo reachable");
     let shape = cachewright::dev::generate::Shape { channels: 10, categories: 100, tags: 400, videos };
     cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, seed, |_| {})
         .await

@@ -9,7 +9,7 @@
 //! command that lacks a permission therefore stops before its first
 //! write, never halfway through.
 
-use crate::config::Config;
+use crate::config::RedisSettings;
 use crate::keys::status::StatusKeys;
 use crate::sink::{Sink, SinkError};
 
@@ -114,18 +114,18 @@ struct Probe {
     args: Vec<String>,
 }
 
-fn probes(cfg: &Config, access: Access) -> Vec<Probe> {
-    let data = format!("{}cachewright-acl-probe", cfg.prefix);
-    let other = format!("{}cachewright-acl-probe:2", cfg.prefix);
-    let status = StatusKeys::new(cfg.status_prefix.clone());
+fn probes(settings: &RedisSettings, access: Access) -> Vec<Probe> {
+    let data = format!("{}cachewright-acl-probe", settings.prefix);
+    let other = format!("{}cachewright-acl-probe:2", settings.prefix);
+    let status = StatusKeys::new(settings.status_prefix.clone());
     let job = status.job("acl-probe");
-    let stage = format!("{}stage:acl-probe", cfg.status_prefix);
+    let stage = format!("{}stage:acl-probe", settings.status_prefix);
     let p = |args: &[&str]| Probe { args: args.iter().map(|a| a.to_string()).collect() };
     let mut all = vec![
         p(&["PING"]),
         p(&["INFO", "server"]),
         p(&["ROLE"]),
-        p(&["SCAN", "0", "MATCH", &format!("{}*", cfg.prefix), "COUNT", "1"]),
+        p(&["SCAN", "0", "MATCH", &format!("{}*", settings.prefix), "COUNT", "1"]),
         p(&["TYPE", &data]),
         p(&["TTL", &data]),
         p(&["GET", &data]),
@@ -175,8 +175,8 @@ impl Sink {
     /// Checks that this connection's user may do what `access` needs,
     /// without executing anything. On a refusal, names each denied
     /// command and how to grant it.
-    pub async fn check_access(&self, cfg: &Config, access: Access) -> Result<(), SinkError> {
-        let probes = probes(cfg, access);
+    pub async fn check_access(&self, settings: &RedisSettings, access: Access) -> Result<(), SinkError> {
+        let probes = probes(settings, access);
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         pipe.cmd("MULTI");
@@ -188,7 +188,7 @@ impl Sink {
             Ok(replies) => replies,
             Err(source) => {
                 if let Some(reason) = refusal(&source) {
-                    return Err(SinkError::Permission { denied: vec![reason], grant: grant_hint(cfg) });
+                    return Err(SinkError::Permission { denied: vec![reason], grant: grant_hint(settings) });
                 }
                 return Err(SinkError::Scan { attempts: 1, source });
             }
@@ -203,7 +203,7 @@ impl Sink {
                 }
             }
         }
-        if denied.is_empty() { Ok(()) } else { Err(SinkError::Permission { denied, grant: grant_hint(cfg) }) }
+        if denied.is_empty() { Ok(()) } else { Err(SinkError::Permission { denied, grant: grant_hint(settings) }) }
     }
 }
 
@@ -270,10 +270,10 @@ impl Sink {
     }
 }
 
-fn grant_hint(cfg: &Config) -> String {
+fn grant_hint(settings: &RedisSettings) -> String {
     format!(
         "grant the user the rule `cachewright acl` prints for these prefixes ({}, {}); see docs/DEPLOYMENT.md",
-        cfg.prefix, cfg.status_prefix
+        settings.prefix, settings.status_prefix
     )
 }
 
@@ -295,8 +295,9 @@ mod tests {
 
     #[test]
     fn probes_cover_every_write_command() {
-        let cfg = Config::from_raw(crate::config::RawConfig::default()).unwrap();
-        let probed: Vec<String> = probes(&cfg, Access::Write).iter().map(|p| p.args[0].to_lowercase()).collect();
+        let cfg = crate::config::Config::from_raw(crate::config::RawConfig::default()).unwrap();
+        let probed: Vec<String> =
+            probes(&cfg.redis(), Access::Write).iter().map(|p| p.args[0].to_lowercase()).collect();
         for c in WRITE.iter().chain(READ) {
             let base = c.split('|').next().unwrap();
             let unprobeable =

@@ -99,14 +99,14 @@ impl Sink {
     /// Refuses a status prefix with a brace: it would give the epoch key
     /// and its per-slot copies a hash tag of its own, moving them out of
     /// the slots fencing relies on.
-    pub(in crate::sink) fn check_cluster(&self, cfg: &crate::config::Config) -> Result<(), SinkError> {
-        if !cfg.status_prefix.contains(['{', '}']) {
+    pub(in crate::sink) fn check_cluster(&self, settings: &crate::config::RedisSettings) -> Result<(), SinkError> {
+        if !settings.status_prefix.contains(['{', '}']) {
             return Ok(());
         }
         Err(SinkError::Cluster(format!(
             "CACHEWRIGHT_STATUS_PREFIX={} holds a brace, which on a Redis Cluster would move the writer \
              lease's epoch keys into the wrong slots: use a prefix without {{ or }}",
-            cfg.status_prefix
+            settings.status_prefix
         )))
     }
 

@@ -131,9 +131,15 @@ impl Engine<'_> {
             })
             .collect();
         let budget = self.sink.tx_budget();
-        if let Err(err) = self.apply_runs(budget.cut(&changes)).await {
-            tracing::warn!(error = %err, keys = changes.len(), "deferred keys could not be written yet; trying again");
-            return Ok(());
+        match self.apply_runs(budget.cut(&changes)).await {
+            Ok(()) => {}
+            // A slot lost again, or Redis busy: the next round tries again.
+            Err(err) if err.is_retriable() => {
+                tracing::warn!(error = %err, keys = changes.len(), "deferred keys could not be written yet; trying again");
+                return Ok(());
+            }
+            // A lost lease or a fence ends the watcher's leadership.
+            Err(err) => return Err(err.into()),
         }
         for e in &expected {
             super::drift::record_repair(state, self.ctx, e);

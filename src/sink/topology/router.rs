@@ -171,8 +171,8 @@ impl Router {
         std::iter::once(first).chain(seeds).filter(|a| !a.is_empty()).collect()
     }
 
-    /// Reads the slot map from the first node that answers: the masters
-    /// known so far, then the seeds.
+    /// Reads the slot map from the first node that answers, of the
+    /// masters known so far and the seeds.
     pub async fn refresh(&self) -> RedisResult<()> {
         let mut last = self.last_refresh.lock().await;
         if last.is_some_and(|at| at.elapsed() < REFRESH_GAP) {
@@ -180,55 +180,60 @@ impl Router {
         }
         let mut candidates = self.map.read().unwrap_or_else(|e| e.into_inner()).nodes.clone();
         candidates.extend(self.seed_addrs());
+        candidates.sort();
         candidates.dedup();
-        let mut error = None;
-        for addr in candidates {
-            // The slots and, from the same node, which masters the
-            // cluster agreed have failed: their slots count as uncovered.
-            let reply = match self.conn(&addr).await {
-                Ok(mut conn) => {
-                    redis::pipe()
-                        .cmd("CLUSTER")
-                        .arg("SLOTS")
-                        .cmd("CLUSTER")
-                        .arg("NODES")
-                        .query_async::<(Value, String)>(&mut conn)
-                        .await
+        if candidates.is_empty() {
+            return Err((ErrorKind::Io, "no cluster node to ask for CLUSTER SLOTS").into());
+        }
+        // Every node is asked at once and the first answer wins: a node
+        // that stalls (a paused process, a frozen VM) would otherwise hold
+        // the refresh for a whole response timeout before the next is
+        // tried.
+        let asks = candidates.into_iter().map(|addr| Box::pin(self.read_map(addr)));
+        let (map, _) = futures::future::select_ok(asks).await?;
+        *self.map.write().unwrap_or_else(|e| e.into_inner()) = map;
+        *last = Some(Instant::now());
+        Ok(())
+    }
+
+    /// The slot map as the node at `addr` sees it: the slots and, from the
+    /// same node, which masters the cluster agreed have failed (their
+    /// slots count as uncovered).
+    async fn read_map(&self, addr: String) -> RedisResult<SlotMap> {
+        let reply = match self.conn(&addr).await {
+            Ok(mut conn) => {
+                redis::pipe()
+                    .cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .cmd("CLUSTER")
+                    .arg("NODES")
+                    .query_async::<(Value, String)>(&mut conn)
+                    .await
+            }
+            Err(err) => Err(err),
+        };
+        let (reply, nodes) = reply.inspect_err(|_| self.forget(&addr))?;
+        let ranges = cluster::slot_ranges(&reply, cluster::addr_host(&addr))
+            .ok_or_else(|| redis::RedisError::from((ErrorKind::Parse, "unreadable CLUSTER SLOTS reply")))?;
+        let failed = cluster::failed_nodes(&nodes);
+        let ids = cluster::slot_range_ids(&reply);
+        let mut map = SlotMap { nodes: Vec::new(), owners: vec![None; cluster::SLOTS] };
+        for (i, (start, end, node)) in ranges.into_iter().enumerate() {
+            if ids.get(i).and_then(Option::as_ref).is_some_and(|id| failed.contains(id)) {
+                continue;
+            }
+            let index = match map.nodes.iter().position(|n| *n == node) {
+                Some(i) => i,
+                None => {
+                    map.nodes.push(node);
+                    map.nodes.len() - 1
                 }
-                Err(err) => Err(err),
             };
-            match reply {
-                Ok((reply, nodes)) => {
-                    let Some(ranges) = cluster::slot_ranges(&reply, cluster::addr_host(&addr)) else { continue };
-                    let failed = cluster::failed_nodes(&nodes);
-                    let ids = cluster::slot_range_ids(&reply);
-                    let mut map = SlotMap { nodes: Vec::new(), owners: vec![None; cluster::SLOTS] };
-                    for (i, (start, end, node)) in ranges.into_iter().enumerate() {
-                        if ids.get(i).and_then(Option::as_ref).is_some_and(|id| failed.contains(id)) {
-                            continue;
-                        }
-                        let index = match map.nodes.iter().position(|n| *n == node) {
-                            Some(i) => i,
-                            None => {
-                                map.nodes.push(node);
-                                map.nodes.len() - 1
-                            }
-                        };
-                        for slot in start..=end.min(cluster::SLOTS as u16 - 1) {
-                            map.owners[usize::from(slot)] = Some(index);
-                        }
-                    }
-                    *self.map.write().unwrap_or_else(|e| e.into_inner()) = map;
-                    *last = Some(Instant::now());
-                    return Ok(());
-                }
-                Err(err) => {
-                    self.forget(&addr);
-                    error = Some(err);
-                }
+            for slot in start..=end.min(cluster::SLOTS as u16 - 1) {
+                map.owners[usize::from(slot)] = Some(index);
             }
         }
-        Err(error.unwrap_or_else(|| (ErrorKind::Io, "no cluster node answered CLUSTER SLOTS").into()))
+        Ok(map)
     }
 
     /// The master that owns `slot` by the current map (any master for

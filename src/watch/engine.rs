@@ -153,7 +153,9 @@ impl Engine<'_> {
     /// the whole key. A key of another size stays unknown and is written
     /// whole; a failure here only leaves keys unknown.
     async fn trust_sizes(&self, state: &mut State) {
-        let wanted = off_runtime(|| state.unknown_patchable(&self.ctx.keys));
+        let mut wanted = off_runtime(|| state.unknown_patchable(&self.ctx.keys));
+        // A deferred key may hold stale members of the right count.
+        wanted.retain(|(key, _, _)| !state.deferred.contains(key));
         let pairs: Vec<(String, &'static str)> = wanted.iter().map(|(k, c, _)| (k.clone(), *c)).collect();
         match self.sink.sizes(&pairs).await {
             Ok(found) => {

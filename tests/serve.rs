@@ -771,3 +771,65 @@ async fn drifted_keys_are_reported_and_repaired_and_live_changes_are_not_drift()
     let _ = stop.send(());
     tokio::time::timeout(Duration::from_secs(60), server).await.expect("serve stops").unwrap().expect("clean stop");
 }
+
+/// Issue 22's readiness on a degraded cluster: `serve` leads and watches
+/// a replica-less cluster with `cluster-require-full-coverage no`; one
+/// master is stopped until the cluster flags it failed and an upload
+/// whose detail lives there arrives. `/health/ready` then answers 503 and
+/// names the slots; once the master runs again and the held-back key is
+/// written, it answers 200 and the key is in Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_names_the_slots_no_master_covers() {
+    let base = common::unique("servedown");
+    let (down, cfg) = common::degraded::start(|i, url| {
+        let name = format!("{base}{i}");
+        serve_env(&name, &format!("cw-{name}:")).redis(url).long_ttls().config()
+    })
+    .await;
+    common::generate(&cfg, 300, 81).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let daily = "[[schedule]]\nname = \"daily\"\ncron = \"0 0 3 * * *\"\njob = \"rebuild\"\n";
+    let (stop, server) = serve_here(&cfg, daily, true, listener);
+    // Ready answers 200 while the watcher still starts: wait until it streams.
+    common::wait_for("serve's watcher to stream", Duration::from_secs(60), || async {
+        let (_, status) = get(addr, "/status").await;
+        serde_json::from_str::<serde_json::Value>(&status).unwrap()["current"]["watcher"]["streaming"] == true
+    })
+    .await;
+    let epoch = || async {
+        let (_, metrics) = get(addr, "/metrics").await;
+        metrics.lines().find(|l| l.starts_with("cachewright_leader_epoch ")).map(str::to_string)
+    };
+    let led_under = epoch().await.expect("the leader's epoch in /metrics");
+
+    common::signal(down.pid(), "-STOP");
+    down.wait_flagged_failed().await;
+    // An upload whose detail lives on the stopped master.
+    let id = (0..).map(|i| format!("down{i}")).find(|id| down.on_stopped(&format!("{}video:detail:{id}", cfg.prefix)));
+    let id = id.unwrap();
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
+    let upload = mongodb::bson::doc! {"_id": &id, "title": "held back", "listStatus": 1};
+    source.database().collection::<mongodb::bson::Document>(&cfg.collections.video).insert_one(upload).await.unwrap();
+    // The first batch after the stall learns of it when a request to the
+    // stalled master times out; then the upload's detail waits.
+    common::wait_for("readiness to name the uncovered slots and the upload", Duration::from_secs(60), || async {
+        let (code, body) = get(addr, "/health/ready").await;
+        code == 503 && body.contains(&format!("{}: 1 keys wait for them", down.named()))
+    })
+    .await;
+
+    common::signal(down.pid(), "-CONT");
+    tokio::task::block_in_place(|| down.cluster.wait_ok());
+    common::wait_for("readiness once the slots are covered again", Duration::from_secs(60), || async {
+        get(addr, "/health/ready").await.0 == 200
+    })
+    .await;
+    let mut conn = common::redis_conn(&cfg.redis_url).await;
+    let detail: Option<String> =
+        redis::cmd("GET").arg(format!("{}video:detail:{id}", cfg.prefix)).query_async(&mut conn).await.unwrap();
+    assert!(detail.is_some_and(|d| d.contains("held back")), "the held-back detail was written");
+    assert_eq!(epoch().await.as_ref(), Some(&led_under), "the leader kept its lease throughout");
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(60), server).await.expect("serve stops").unwrap().expect("clean stop");
+}

@@ -945,17 +945,6 @@ async fn a_fail_over_of_every_master_while_watching_leaves_the_cache_exact() {
     assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 61).await;
 }
 
-/// The watcher's control keys under `cfg`'s status prefix: the lease and
-/// its epoch, the pending and deferred records, the resume tokens and the
-/// heartbeat.
-fn control_keys(cfg: &Config) -> Vec<String> {
-    let k = cachewright::keys::status::StatusKeys::new(cfg.status_prefix.clone());
-    let c = &cfg.collections;
-    let mut keys = vec![k.rebuild_lock(), k.epoch(), k.cdc_pending(), k.cdc_deferred(), k.health()];
-    keys.extend([&c.channel, &c.category, &c.tag, &c.video].iter().map(|name| k.cdc_resume(name)));
-    keys
-}
-
 /// Issue 22's uncovered slot: a 3-master cluster without replicas and
 /// with `cluster-require-full-coverage no`, one master stalled (SIGSTOP)
 /// until the cluster flags it failed, so its slots have no master. New
@@ -971,28 +960,13 @@ async fn an_uncovered_slot_holds_back_only_its_own_keys() {
     use std::sync::atomic::Ordering::Relaxed;
     let _serial = SERIAL.lock().await;
     let s = common::shared();
-    let mut cluster = tokio::task::block_in_place(|| {
-        common::servers::RedisCluster::start_with(vec!["--cluster-require-full-coverage".into(), "no".into()])
-    });
-    let url = cluster.url();
-    let mut plain = common::redis_conn(&url).await;
-    let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut plain).await.unwrap();
-    let ranges = cachewright::sink::cluster::slot_ranges(&reply, "127.0.0.1").unwrap();
-    let slot = |key: &str| cachewright::sink::cluster::slot(key.as_bytes());
-    let owner = |key: &str| ranges.iter().find(|(a, b, _)| (*a..=*b).contains(&slot(key))).unwrap().2.clone();
-    // A prefix whose control keys all live off one master, which is the
-    // one stalled: without its control keys no writer can go on at all.
     let base = common::unique("uncovered");
-    let (name, prefix, cfg, stalled) = (0..)
-        .find_map(|i| {
-            let (name, prefix) = (format!("{base}{i}"), format!("u{base}{i}"));
-            let cfg = watch_env(&name, &prefix).redis(&url).config();
-            let used: Vec<String> = control_keys(&cfg).iter().map(|k| owner(k)).collect();
-            let free = ranges.iter().find(|(_, _, m)| !used.contains(m))?;
-            Some((name, prefix, cfg, (free.0, free.1, free.2.clone())))
-        })
-        .unwrap();
-    let stalled_node = cluster.nodes.iter().position(|n| format!("127.0.0.1:{}", n.port) == stalled.2).unwrap();
+    let (mut down, cfg) =
+        common::degraded::start(|i, url| watch_env(&format!("{base}{i}"), &format!("u{base}{i}")).redis(url).config())
+            .await;
+    let url = down.cluster.url();
+    let (name, prefix) = (cfg.mongodb_db.clone(), cfg.prefix.trim_end_matches(':').to_string());
+    let plain = common::redis_conn(&url).await;
     let mut d = data(&cfg, 71).await;
     d.seed().await;
     let watcher = start_streaming(&cfg).await;
@@ -1000,21 +974,21 @@ async fn an_uncovered_slot_holds_back_only_its_own_keys() {
     let rebuilds = watcher.metrics.rebuilds.load(Relaxed);
 
     // The master stalls; the others flag it failed after the node timeout.
-    common::signal(cluster.nodes[stalled_node].pid(), "-STOP");
+    common::signal(down.pid(), "-STOP");
     let videos = d.db.collection::<Document>("VideoMedia");
-    let uploads = uploads_while_uncovered(&cluster, stalled_node, &stalled, &videos, &plain, &prefix, 0..40);
+    let uploads = uploads_while_uncovered(&down, &videos, &plain, &prefix, 0..40);
     let held_back = uploads.await;
     common::wait_for("the held-back uploads are deferred", Duration::from_secs(30), || async {
         watcher.metrics.deferred_keys.load(Relaxed) >= held_back as u64
     })
     .await;
     let problem = watcher.metrics.coverage_problem().expect("the watcher reports the uncovered slots");
-    assert!(problem.contains(&format!("slots {}-{} have no live master", stalled.0, stalled.1)), "{problem}");
+    assert!(problem.contains(&down.named()), "{problem}");
     assert!(watcher.metrics.is_streaming(), "the watcher goes on streaming");
 
     // The master runs again with its data: the deferred keys are written.
-    common::signal(cluster.nodes[stalled_node].pid(), "-CONT");
-    tokio::task::block_in_place(|| cluster.wait_ok());
+    common::signal(down.pid(), "-CONT");
+    tokio::task::block_in_place(|| down.cluster.wait_ok());
     common::wait_for("the deferred keys are written", Duration::from_secs(60), || async {
         watcher.metrics.coverage_problem().is_none()
     })
@@ -1025,14 +999,14 @@ async fn an_uncovered_slot_holds_back_only_its_own_keys() {
 
     // Killed now: while it is down the same holds; it comes back empty,
     // with another run_id, and the watcher rebuilds.
-    common::signal(cluster.nodes[stalled_node].pid(), "-KILL");
-    let uploads = uploads_while_uncovered(&cluster, stalled_node, &stalled, &videos, &plain, &prefix, 40..80);
+    common::signal(down.pid(), "-KILL");
+    let uploads = uploads_while_uncovered(&down, &videos, &plain, &prefix, 40..80);
     let held_back = uploads.await;
     common::wait_for("the held-back uploads are deferred", Duration::from_secs(30), || async {
         watcher.metrics.deferred_keys.load(Relaxed) >= held_back as u64
     })
     .await;
-    tokio::task::block_in_place(|| cluster.restart(stalled_node));
+    tokio::task::block_in_place(|| down.cluster.restart(down.node));
     common::wait_for("the watcher rebuilds after the restart", Duration::from_secs(60), || async {
         watcher.metrics.rebuilds.load(Relaxed) > rebuilds
     })
@@ -1043,36 +1017,25 @@ async fn an_uncovered_slot_holds_back_only_its_own_keys() {
     assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 71).await;
 }
 
-/// Waits until the cluster flags the stopped master `stalled_node`
-/// failed, uploads videos `up{n}` for `n` in `range`, and waits until
-/// those whose detail lives on the other masters are in Redis; gives how
-/// many live on the stopped one.
-#[allow(clippy::too_many_arguments)]
+/// Waits until the cluster flags the stopped master failed, uploads
+/// videos `up{n}` for `n` in `range`, and waits until those whose detail
+/// lives on the other masters are in Redis; gives how many live on the
+/// stopped one.
 async fn uploads_while_uncovered(
-    cluster: &common::servers::RedisCluster,
-    stalled_node: usize,
-    stalled: &(u16, u16, String),
+    down: &common::degraded::Degradable,
     videos: &mongodb::Collection<Document>,
     plain: &cachewright::sink::RedisConn,
     prefix: &str,
     range: std::ops::Range<usize>,
 ) -> usize {
-    let other = cluster.nodes[(stalled_node + 1) % 3].port;
-    common::wait_for("the cluster flags the stopped master failed", Duration::from_secs(60), || async {
-        let out = cluster.cli(&["-p".into(), other.to_string(), "CLUSTER".into(), "NODES".into()]);
-        String::from_utf8_lossy(&out.stdout).lines().any(|l| {
-            l.contains(&stalled.2) && l.split_whitespace().nth(2).is_some_and(|f| f.split(',').any(|f| f == "fail"))
-        })
-    })
-    .await;
+    down.wait_flagged_failed().await;
     let ids: Vec<String> = range.map(|i| format!("up{i}")).collect();
     for id in &ids {
         let upload = doc! {"_id": id, "title": "uploaded while degraded", "categoryIds": ["c1"], "tagIds": ["t1"], "listStatus": 1};
         videos.insert_one(upload).await.unwrap();
     }
     let detail = |id: &str| format!("{prefix}:video:detail:{id}");
-    let on_stalled = |key: &str| (stalled.0..=stalled.1).contains(&cachewright::sink::cluster::slot(key.as_bytes()));
-    let (held_back, reachable): (Vec<&String>, Vec<&String>) = ids.iter().partition(|id| on_stalled(&detail(id)));
+    let (held_back, reachable): (Vec<&String>, Vec<&String>) = ids.iter().partition(|id| down.on_stopped(&detail(id)));
     assert!(!held_back.is_empty() && !reachable.is_empty(), "the uploads span the stopped master and the others");
     common::wait_for("the uploads on covered slots reach Redis", Duration::from_secs(90), || {
         let (mut conn, keys) = (plain.clone(), reachable.iter().map(|id| detail(id)).collect::<Vec<_>>());

@@ -154,8 +154,9 @@ impl Engine<'_> {
     /// whole; a failure here only leaves keys unknown.
     async fn trust_sizes(&self, state: &mut State) {
         let mut wanted = off_runtime(|| state.unknown_patchable(&self.ctx.keys));
-        // A deferred key may hold stale members of the right count.
-        wanted.retain(|(key, _, _)| !state.deferred.contains(key));
+        // A deferred key may hold stale members of the right count; a key
+        // in a slot without a master cannot be read now (both stay unknown).
+        wanted.retain(|(key, _, _)| !state.deferred.contains(key) && self.sink.covers(key.as_bytes()));
         let pairs: Vec<(String, &'static str)> = wanted.iter().map(|(k, c, _)| (k.clone(), *c)).collect();
         match self.sink.sizes(&pairs).await {
             Ok(found) => {

@@ -2,6 +2,7 @@
 //! fixture loading and Redis dumps.
 #![allow(dead_code)]
 
+pub mod degraded;
 pub mod env;
 pub mod ops;
 pub mod proxy;

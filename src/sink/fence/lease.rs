@@ -132,8 +132,7 @@ impl Fence {
             return Ok(Some(current));
         }
         let next = current + 1;
-        let raised: i64 =
-            redis::Script::new(RAISE_OWN).key(&self.key).arg(current).arg(next).invoke_async(conn).await?;
+        let raised: i64 = eval(conn, RAISE_OWN, &[&self.key], &[current.to_string(), next.to_string()]).await?;
         if raised != 1 {
             self.mark_lost();
             return Ok(None);
@@ -229,14 +228,8 @@ impl Lease {
     ) -> Result<Lease, LeaseError> {
         let key = keys.rebuild_lock();
         let mut c = conn.clone();
-        let epoch: u64 = redis::Script::new(ACQUIRE)
-            .key(&key)
-            .key(keys.epoch())
-            .arg(&token)
-            .arg(ttl.as_millis() as u64)
-            .arg(unix_ms())
-            .invoke_async(&mut c)
-            .await?;
+        let args = [token.clone(), ttl.as_millis().to_string(), unix_ms().to_string()];
+        let epoch: u64 = eval(&mut c, ACQUIRE, &[&key, &keys.epoch()], &args).await?;
         if epoch == 0 {
             let holder: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut c).await?;
             return Err(LeaseError::Held { key, holder: holder.unwrap_or_else(|| "(just released)".into()) });
@@ -316,9 +309,32 @@ impl Drop for Lease {
     }
 }
 
+/// Runs a script by its hash, or by its text where that server does not
+/// know it yet (new, restarted or just promoted); both go to the master of
+/// the script's keys. Never `SCRIPT LOAD`, as the driver's `invoke_async`
+/// does: on a cluster that goes to every master, so one stalled master
+/// would hold the first use of a script on all of them (a lease renewal
+/// among them) for a whole response timeout.
+async fn eval<T: redis::FromRedisValue>(
+    conn: &mut RedisConn,
+    source: &str,
+    keys: &[&str],
+    args: &[String],
+) -> redis::RedisResult<T> {
+    let mut by_hash = redis::cmd("EVALSHA");
+    by_hash.arg(redis::Script::new(source).get_hash()).arg(keys.len()).arg(keys).arg(args);
+    match by_hash.query_async(conn).await {
+        Err(err) if err.code() == Some("NOSCRIPT") => {
+            let mut by_text = redis::cmd("EVAL");
+            by_text.arg(source).arg(keys.len()).arg(keys).arg(args);
+            by_text.query_async(conn).await
+        }
+        other => other,
+    }
+}
+
 async fn release(mut conn: RedisConn, key: String, token: String) {
-    let released: redis::RedisResult<i64> =
-        redis::Script::new(RELEASE).key(&key).arg(&token).invoke_async(&mut conn).await;
+    let released: redis::RedisResult<i64> = eval(&mut conn, RELEASE, &[&key], std::slice::from_ref(&token)).await;
     match released {
         Ok(_) => tracing::debug!(key = %key, "writer lease released"),
         Err(err) => {
@@ -335,11 +351,9 @@ async fn renew(mut conn: RedisConn, key: String, token: String, state: Arc<Lease
     loop {
         tokio::time::sleep(every).await;
         let sent = state.since_origin_ms();
-        let script = redis::Script::new(RENEW);
-        let mut invocation = script.key(&key);
-        invocation.arg(&token).arg(state.ttl.as_millis() as u64);
+        let args = [token.clone(), state.ttl.as_millis().to_string()];
         let renewed: Result<redis::RedisResult<i64>, _> =
-            tokio::time::timeout(every, invocation.invoke_async(&mut conn)).await;
+            tokio::time::timeout(every, eval(&mut conn, RENEW, &[&key], &args)).await;
         match renewed {
             Ok(Ok(1)) => state.renewed_at_ms.store(sent, Ordering::SeqCst),
             Ok(Ok(_)) => {

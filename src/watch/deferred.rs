@@ -23,7 +23,7 @@ use super::engine::Engine;
 use super::model::id_key;
 use super::plan::BatchPlan;
 use super::state::State;
-use crate::plan::{Change, Op, Value};
+use crate::plan::{Change, Value};
 use crate::registry::FamilyId;
 use std::collections::BTreeSet;
 
@@ -123,13 +123,7 @@ impl Engine<'_> {
                 None => drop(waiting.insert(probe.key.text)),
             }
         }
-        let changes: Vec<Change> = expected
-            .iter()
-            .map(|e| match &e.want {
-                Some(value) => Change::Put(Op { key: e.key.clone(), value: value.clone() }),
-                None => Change::Delete(e.key.clone()),
-            })
-            .collect();
+        let changes: Vec<Change> = expected.iter().map(Expected::change).collect();
         let budget = self.sink.tx_budget();
         match self.apply_runs(budget.cut(&changes)).await {
             Ok(()) => {}
@@ -159,6 +153,7 @@ impl Engine<'_> {
 mod tests {
     use super::*;
     use crate::keys::Keys;
+    use crate::plan::Op;
 
     #[test]
     fn uncovered_changes_leave_the_plan_and_name_their_keys() {

@@ -48,6 +48,17 @@ pub struct Expected {
     pub want: Option<Value>,
 }
 
+impl Expected {
+    /// The write that makes the key hold what it should: the value, or
+    /// its absence.
+    pub fn change(&self) -> crate::plan::Change {
+        match &self.want {
+            Some(value) => crate::plan::Change::Put(Op { key: self.key.clone(), value: value.clone() }),
+            None => crate::plan::Change::Delete(self.key.clone()),
+        }
+    }
+}
+
 /// An active video whose detail payload is compared with its document,
 /// read again: the document's `_id`, and what the state holds of it.
 #[derive(Debug, Clone)]

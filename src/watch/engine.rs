@@ -356,13 +356,7 @@ impl Engine<'_> {
         if repairs.is_empty() {
             return Ok(());
         }
-        let changes: Vec<Change> = repairs
-            .iter()
-            .map(|e| match &e.want {
-                Some(value) => Change::Put(crate::plan::Op { key: e.key.clone(), value: value.clone() }),
-                None => Change::Delete(e.key.clone()),
-            })
-            .collect();
+        let changes: Vec<Change> = repairs.iter().map(Expected::change).collect();
         self.sink.apply_changes(&changes).await?;
         for e in &repairs {
             super::drift::record_repair(state, self.ctx, e);

@@ -310,6 +310,47 @@ async fn an_acquisition_sent_again_finds_the_lease_its_own() {
     assert_eq!(get(&s.redis.url(), &keys.rebuild_lock()).await, None);
 }
 
+/// An acquisition dropped while its script is on the wire (a job
+/// cancelled as it starts) still takes the lease when the script lands.
+/// Its guard releases it right behind, so the next run need not wait out
+/// the lock's TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_dropped_in_flight_leaks_no_lease() {
+    use cachewright::keys::status::StatusKeys;
+    let s = common::shared();
+    let proxy = Proxy::start(s.redis.port).await;
+    let cfg = common::TestEnv::named(&common::unique("inflight")).config();
+    let keys = StatusKeys::new(cfg.status_prefix.clone());
+    let ttl = Duration::from_secs(60);
+    // Both scripts known to the server first, so the held request is the
+    // acquisition itself and not a NOSCRIPT miss that takes nothing.
+    Lease::acquire(common::redis_conn(&s.redis.url()).await, &keys, ttl).await.unwrap().release().await;
+    let epoch = |url: String, key: String| async move {
+        get(&url, &key).await.map(|e| e.parse::<u64>().expect("a numeric epoch")).unwrap_or(0)
+    };
+    let before = epoch(s.redis.url(), keys.epoch()).await;
+
+    let conn = common::redis_conn(&proxy.redis_url()).await;
+    proxy.hold_on(keys.rebuild_lock().as_bytes());
+    let acquiring = {
+        let keys = keys.clone();
+        tokio::spawn(async move { Lease::acquire(conn, &keys, ttl).await.map(|_| ()) })
+    };
+    proxy.wait_held().await;
+    acquiring.abort();
+    assert!(acquiring.await.is_err_and(|e| e.is_cancelled()), "the acquisition was dropped before its answer");
+    proxy.release_held();
+
+    common::wait_for("the dropped acquisition's script raised the epoch", Duration::from_secs(10), || async {
+        epoch(s.redis.url(), keys.epoch()).await > before
+    })
+    .await;
+    common::wait_for("the lease it took is released", Duration::from_secs(10), || async {
+        get(&s.redis.url(), &keys.rebuild_lock()).await.is_none()
+    })
+    .await;
+}
+
 /// A fenced writer of its own Redis, reached through a proxy: the
 /// command counts on the Redis are this test's alone.
 struct ProxiedWriter {

@@ -338,7 +338,7 @@ async fn the_lease_is_taken_over_after_its_holder_is_killed() {
     std::fs::write(dir.path().join("s.toml"), text).unwrap();
     let mut holder = serve_process(&cfg, dir.path());
     let lock = common::env::status_keys(&cfg).rebuild_lock();
-    let mut conn = common::redis_conn(&s.redis.url()).await;
+    let conn = common::redis_conn(&s.redis.url()).await;
     common::wait_for("the first instance to take the lease", Duration::from_secs(10), || {
         let (mut conn, lock) = (conn.clone(), lock.clone());
         async move { redis::cmd("GET").arg(&lock).query_async::<Option<String>>(&mut conn).await.unwrap().is_some() }
@@ -351,30 +351,25 @@ async fn the_lease_is_taken_over_after_its_holder_is_killed() {
     // A second instance takes over once the lease expires.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (stop, server) = serve_here(&cfg, text, false, listener);
-    let mut taken_over = false;
-    for _ in 0..300 {
-        let ids: Vec<String> = redis::cmd("SMEMBERS")
-            .arg(common::env::status_keys(&cfg).jobs("completed"))
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        for id in ids {
-            let started: Option<u64> = redis::cmd("HGET")
-                .arg(common::env::status_keys(&cfg).job(&id))
-                .arg("started_at")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            taken_over |= started.is_some_and(|t| t >= killed_at);
+    let status = common::env::status_keys(&cfg);
+    common::wait_for("a rebuild completed after the holder was killed", Duration::from_secs(30), || {
+        let (mut conn, status) = (conn.clone(), status.clone());
+        async move {
+            let ids: Vec<String> =
+                redis::cmd("SMEMBERS").arg(status.jobs("completed")).query_async(&mut conn).await.unwrap();
+            for id in ids {
+                let started: Option<u64> =
+                    redis::cmd("HGET").arg(status.job(&id)).arg("started_at").query_async(&mut conn).await.unwrap();
+                if started.is_some_and(|t| t >= killed_at) {
+                    return true;
+                }
+            }
+            false
         }
-        if taken_over {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     let _ = stop.send(());
     server.await.unwrap().expect("clean stop");
-    assert!(taken_over, "no rebuild completed after the holder was killed");
 }
 
 fn free_port() -> u16 {
@@ -447,15 +442,10 @@ async fn a_stopped_leader_is_replaced_within_a_lease_ttl_and_returns_as_a_follow
     // its polling interval).
     common::signal(children[leader].id(), "-STOP");
     let stopped = std::time::Instant::now();
-    let mut took_over = None;
-    while stopped.elapsed() < Duration::from_secs(20) {
-        if lock_holder(&s.redis.url(), &status).await == Some(children[follower].id()) {
-            took_over = Some(stopped.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let took = took_over.expect("the follower never took over");
+    let took = common::wait_for_some("the follower took over", Duration::from_secs(20), || async {
+        (lock_holder(&s.redis.url(), &status).await == Some(children[follower].id())).then(|| stopped.elapsed())
+    })
+    .await;
     let ttl = Duration::from_secs(cfg.lease_seconds);
     assert!(took <= ttl + ttl / 3 + Duration::from_millis(500), "take-over took {took:?} with a {ttl:?} lease");
 

@@ -229,7 +229,12 @@ impl Lease {
         let key = keys.rebuild_lock();
         let mut c = conn.clone();
         let args = [token.clone(), ttl.as_millis().to_string(), unix_ms().to_string()];
+        // Once the script is sent it may take the lease whatever becomes of
+        // this future: dropped while it waits (a cancelled job) or failed
+        // on a lost reply, the guard releases what it may have taken.
+        let guard = Unclaimed { conn: Some(conn.clone()), key: key.clone(), token: token.clone() };
         let epoch: u64 = eval(&mut c, ACQUIRE, &[&key, &keys.epoch()], &args).await?;
+        guard.disarm();
         if epoch == 0 {
             let holder: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut c).await?;
             return Err(LeaseError::Held { key, holder: holder.unwrap_or_else(|| "(just released)".into()) });
@@ -257,8 +262,9 @@ impl Lease {
     /// TTL), logging who holds it meanwhile.
     pub async fn acquire_waiting(conn: RedisConn, keys: &StatusKeys, ttl: Duration) -> Result<Lease, LeaseError> {
         let mut last_holder = String::new();
-        // One token for every attempt: an attempt whose reply was lost
-        // took the lease already, and the next one finds it its own.
+        // One token for every attempt: an attempt whose reply was lost may
+        // have taken the lease. Its guard releases it; should that release
+        // be lost too, the next attempt finds the lease its own.
         let token = holder_token();
         loop {
             match Lease::acquire_as(conn.clone(), keys, ttl, token.clone()).await {
@@ -305,6 +311,34 @@ impl Drop for Lease {
         self.fence.state.held.store(false, Ordering::SeqCst);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(release(self.conn.clone(), self.key.clone(), self.token.clone()));
+        }
+    }
+}
+
+/// A lease acquisition in flight: dropped before it is disarmed, it
+/// releases the lease its script may have taken under its token (the
+/// release deletes the lock only while that token holds it), so a
+/// cancelled acquisition leaks no lock until its TTL.
+struct Unclaimed {
+    conn: Option<RedisConn>,
+    key: String,
+    token: String,
+}
+
+impl Unclaimed {
+    /// The script answered: the lease is claimed by a [`Lease`] or held by
+    /// someone else.
+    fn disarm(mut self) {
+        self.conn = None;
+    }
+}
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            tracing::debug!(key = %self.key, "lease acquisition abandoned; releasing what it may have taken");
+            handle.spawn(release(conn, std::mem::take(&mut self.key), std::mem::take(&mut self.token)));
         }
     }
 }

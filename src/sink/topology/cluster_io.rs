@@ -440,35 +440,35 @@ impl Sink {
         replies.into_iter().collect()
     }
 
-    /// `INFO` of `sections` from every master of the router's map, in
-    /// address order.
-    async fn info_of_masters(&self, router: &Router, sections: &[&str]) -> Result<Vec<String>, SinkError> {
+    /// `INFO` of `sections` from every live master, with its address, in
+    /// address order. A master that stopped answering may have been
+    /// flagged failed since the map was read: on a failure the map is read
+    /// again and the live masters asked once more.
+    async fn info_of_masters(&self, router: &Router, sections: &[&str]) -> Result<Vec<(String, String)>, SinkError> {
         let mut cmd = redis::cmd("INFO");
         for section in sections {
             cmd.arg(*section);
         }
-        self.text_of_each(&router.masters(), &cmd).await
+        let ask = |masters: Vec<String>| async {
+            let infos = self.text_of_each(&masters, &cmd).await?;
+            Ok::<_, SinkError>(masters.into_iter().zip(infos).collect())
+        };
+        match ask(router.masters()).await {
+            Ok(pairs) => Ok(pairs),
+            Err(_) => {
+                let _ = router.refresh().await;
+                ask(router.masters()).await
+            }
+        }
     }
 
     /// Every live master's address and `run_id`, in address order
     /// (`addr=run_id,…`; the watcher checks this before every batch, see
     /// [`crate::sink::same_servers`]).
     pub(in crate::sink) async fn cluster_run_ids(&self, router: &Router) -> Result<String, SinkError> {
-        let mut masters = router.masters();
-        let info = redis::cmd("INFO").arg("server").clone();
-        // A master that stopped answering may have been flagged failed
-        // since the map was read: read it again, then ask the live ones.
-        let infos = match self.text_of_each(&masters, &info).await {
-            Ok(infos) => infos,
-            Err(_) => {
-                let _ = router.refresh().await;
-                masters = router.masters();
-                self.text_of_each(&masters, &info).await?
-            }
-        };
-        Ok(masters
+        let infos = self.info_of_masters(router, &["server"]).await?;
+        Ok(infos
             .iter()
-            .zip(&infos)
             .map(|(addr, info)| format!("{addr}={}", crate::sink::info_value(info, "run_id").unwrap_or_default()))
             .collect::<Vec<_>>()
             .join(","))
@@ -505,7 +505,8 @@ impl Sink {
     /// `INFO` of the given sections from every master, numeric fields
     /// summed (memory, hits and misses of the whole cluster).
     pub(in crate::sink) async fn cluster_info(&self, router: &Router, sections: &[&str]) -> Result<String, SinkError> {
-        Ok(sum_info(&self.info_of_masters(router, sections).await?))
+        let infos = self.info_of_masters(router, sections).await?;
+        Ok(sum_info(&infos.into_iter().map(|(_, info)| info).collect::<Vec<_>>()))
     }
 
     /// Runs `visit` on every key matching `glob` on every master (all of

@@ -45,8 +45,9 @@ echo "  state load on restart    ${LOAD_MS:-?} ms"
 # The watcher's own footprint, as deployed: `cachewright watch` in a
 # process of its own resumes from the saved tokens (no rebuild), loads its
 # state and catches up; its peak and settled resident memory are read
-# from /proc once the streams caught up.
-"$ROOT/target/release/cachewright" watch >"$OUT/watch-alone.log" 2>&1 &
+# from /proc once the streams caught up. It runs with the image's
+# allocator setting (Dockerfile, MIMALLOC_ARENA_EAGER_COMMIT).
+MIMALLOC_ARENA_EAGER_COMMIT=0 "$ROOT/target/release/cachewright" watch >"$OUT/watch-alone.log" 2>&1 &
 WATCH_PID=$!
 CAUGHT_UP=""
 for _ in $(seq 1 600); do

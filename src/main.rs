@@ -17,6 +17,9 @@ fn main() -> ExitCode {
     if std::env::var_os("CACHEWRIGHT_THP").is_none() {
         cachewright::usage::disable_transparent_huge_pages();
     }
+    if matches!(cli.command, cachewright::cli::Command::Watch(_) | cachewright::cli::Command::Serve(_)) {
+        cachewright::usage::return_freed_memory_promptly();
+    }
     cli.global.init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

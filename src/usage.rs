@@ -25,6 +25,27 @@ pub fn disable_transparent_huge_pages() {
     }
 }
 
+/// mimalloc's `mi_option_purge_delay` (`mi_option_e` in `mimalloc.h`; the
+/// Rust binding names no constant for it).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Makes the allocator give freed memory back to the system at once
+/// instead of after its default delay (a second in mimalloc 3, ten for
+/// whole arenas; unless `MIMALLOC_PURGE_DELAY` says
+/// otherwise). For the long-running commands: the watcher's load and a
+/// scheduled job free what they read, and returned promptly it no longer
+/// stays resident beside the compact state (about 15 MiB of a watcher's
+/// 127 MiB at 500K videos). A one-shot rebuild keeps the default: purging
+/// at once costs it about 8% more CPU in fresh pages.
+pub fn return_freed_memory_promptly() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
+    // SAFETY: mi_option_set takes an option index and a value; an index
+    // out of range is ignored by mimalloc.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) }
+}
+
 /// Raises the soft open-file limit to the hard one, so the HTTP
 /// connection limit, not the descriptor table, decides how many clients
 /// `serve` holds. Leaves the limit alone when it cannot be read.
@@ -58,5 +79,19 @@ mod tests {
         assert!(x > 0);
         assert!(super::cpu_time() > std::time::Duration::ZERO);
         assert!(super::peak_rss().unwrap_or(0) > 0);
+    }
+
+    /// The index names the purge delay in the linked mimalloc: its default
+    /// reads back (1000 ms in mimalloc 3, 10 ms in 2), and the setting
+    /// takes.
+    #[test]
+    fn the_purge_delay_option_is_the_one_set() {
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+            return;
+        }
+        let get = || unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY) };
+        assert!([10, 1000].contains(&get()), "mimalloc's default purge delay, not {}", get());
+        super::return_freed_memory_promptly();
+        assert_eq!(get(), 0);
     }
 }

@@ -137,7 +137,8 @@ pub async fn verify(cfg: &Config, opts: VerifyOptions, progress: &Progress) -> R
     if families.needs_videos() {
         let batcher = Batcher::new(tx.clone(), budget);
         let (videos, _) =
-            crate::rebuild::videos::read_videos(&source, cfg, ctx.clone(), catalog.clone(), batcher, progress).await?;
+            crate::rebuild::videos::read_videos(&source, &cfg.mongo(), ctx.clone(), catalog.clone(), batcher, progress)
+                .await?;
         let videos = Arc::new(videos);
         let batcher = Batcher::new(tx.clone(), budget);
         crate::rebuild::videos::plan_index_keys(videos.clone(), catalog, ctx.clone(), batcher).await?;

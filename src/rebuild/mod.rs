@@ -400,7 +400,7 @@ async fn run_pipeline(
                 return Ok(None);
             }
             let batcher = Batcher::new(tx.clone(), budget);
-            videos::read_videos(&source, cfg, ctx.clone(), catalog.clone(), batcher, progress).await.map(Some)
+            videos::read_videos(&source, &cfg.mongo(), ctx.clone(), catalog.clone(), batcher, progress).await.map(Some)
         };
         let (plan_refs, video_part) = tokio::try_join!(catalog_side, video_side)?;
         refs.merge(&plan_refs);

@@ -4,7 +4,7 @@
 //! the writer and the compact [`VideoTable`] is kept for the index keys.
 
 use super::{Batcher, RunError};
-use crate::config::Config;
+use crate::config::MongoSettings;
 use crate::model::catalog::Catalog;
 use crate::model::decode::Intake;
 use crate::plan::decode::{admit_videos, decode_videos};
@@ -22,18 +22,18 @@ const DECODE_BATCH: usize = 2000;
 
 pub async fn read_videos(
     source: &Source,
-    cfg: &Config,
+    mongo: &MongoSettings,
     ctx: Arc<PlanCtx>,
     catalog: Arc<Catalog>,
     mut batcher: Batcher,
     progress: &Progress,
 ) -> Result<(VideoTable, Intake), RunError> {
-    let collection = cfg.collections.video.clone();
+    let collection = mongo.collections.video.clone();
     let estimate = source.estimated_count(&collection).await;
     let stage = progress.stage("reading videos", estimate);
     let (raw_tx, mut raw_rx) = mpsc::channel::<Vec<RawDocumentBuf>>(4);
     let reader = {
-        let (source, batch_size) = (source.clone(), cfg.read_batch_size);
+        let (source, batch_size) = (source.clone(), mongo.read_batch_size);
         crate::tasks::spawn(async move { source.read_chunks(&collection, batch_size, DECODE_BATCH, raw_tx).await })
     };
 

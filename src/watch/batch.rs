@@ -5,7 +5,7 @@
 use super::model::{Coll, Event, id_key};
 use super::stream::{self, Item};
 use super::{Restart, WatchMetrics};
-use crate::config::Config;
+use crate::config::Collections;
 use mongodb::change_stream::event::{OperationType, ResumeToken};
 use std::collections::HashMap;
 
@@ -59,14 +59,14 @@ pub(super) struct Batch {
 impl Batch {
     /// Takes one item; gives a restart when the streams must be reopened
     /// or the cache rebuilt.
-    pub(super) fn add(&mut self, cfg: &Config, item: Item, metrics: &WatchMetrics) -> Option<Restart> {
+    pub(super) fn add(&mut self, names: &Collections, item: Item, metrics: &WatchMetrics) -> Option<Restart> {
         match item {
             Item::Unresumable(_, reason) => return Some(Restart::Rebuild(reason)),
             Item::Failed(coll, err) if stream::is_history_lost(&err) => {
-                return Some(Restart::Rebuild(format!("{} stream: {err}", coll.name(&cfg.collections))));
+                return Some(Restart::Rebuild(format!("{} stream: {err}", coll.name(names))));
             }
             Item::Failed(coll, err) => {
-                tracing::warn!(collection = coll.name(&cfg.collections), error = %err, "change stream failed");
+                tracing::warn!(collection = coll.name(names), error = %err, "change stream failed");
                 metrics.stream_error();
                 return Some(Restart::Reopen);
             }
@@ -90,7 +90,7 @@ impl Batch {
                         self.events.push(Event::Remove { coll, key: id_key(&id), raw_id: id })
                     }
                     (op, _) => {
-                        return Some(Restart::Rebuild(format!("{:?} on {}", op, coll.name(&cfg.collections))));
+                        return Some(Restart::Rebuild(format!("{:?} on {}", op, coll.name(names))));
                     }
                 }
                 self.per_collection[coll as usize] += 1;
@@ -99,7 +99,7 @@ impl Batch {
             Item::Poison(coll, id, token, reason) => {
                 // The event itself could not be used (too large, not
                 // decodable): the document is read again by its id.
-                tracing::warn!(collection = coll.name(&cfg.collections), reason = %reason, "change event unusable; reading the document again");
+                tracing::warn!(collection = coll.name(names), reason = %reason, "change event unusable; reading the document again");
                 metrics.poison(coll, &sample_id(&id), &reason);
                 self.lookups.push((coll, id));
                 self.per_collection[coll as usize] += 1;
@@ -128,11 +128,11 @@ mod tests {
 
     #[test]
     fn an_unusable_event_becomes_a_lookup_by_id_and_moves_the_token() {
-        let cfg = Config::from_raw(crate::config::RawConfig::default()).unwrap();
+        let names = crate::config::Config::from_raw(crate::config::RawConfig::default()).unwrap().collections;
         let metrics = WatchMetrics::default();
         let mut batch = Batch::default();
         let item = Item::Poison(Coll::Video, mongodb::bson::Bson::String("v9".into()), token("0A"), "too large".into());
-        assert!(batch.add(&cfg, item, &metrics).is_none(), "no restart for one unusable event");
+        assert!(batch.add(&names, item, &metrics).is_none(), "no restart for one unusable event");
         assert_eq!(batch.lookups, vec![(Coll::Video, mongodb::bson::Bson::String("v9".into()))]);
         assert!(batch.events.is_empty());
         assert_eq!(serde_json::to_string(&batch.tokens[&Coll::Video]).unwrap(), r#"{"_data":"0A"}"#);

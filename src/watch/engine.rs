@@ -7,7 +7,7 @@ use super::protocol::Step;
 use super::state::State;
 use super::stream::{Item, StartAt};
 use super::{Restart, WatchError, WatchMetrics, WatchOptions, model, plan};
-use crate::config::Config;
+use crate::config::Collections;
 use crate::keys::status::StatusKeys;
 use crate::plan::{Change, PlanCtx, Value};
 use crate::sink::{Sink, SinkError};
@@ -21,7 +21,10 @@ use tokio::sync::mpsc;
 
 /// The engine's connections and settings, for one streaming session.
 pub(super) struct Engine<'a> {
-    pub(super) cfg: &'a Config,
+    /// The collections' names (for logs, tokens and lookups).
+    pub(super) names: &'a Collections,
+    /// Write transactions in flight at once.
+    pub(super) write_concurrency: usize,
     pub(super) opts: &'a WatchOptions,
     pub(super) sink: &'a Sink,
     pub(super) source: &'a Source,
@@ -45,7 +48,6 @@ impl Engine<'_> {
         drift: &mut Option<Drift>,
         shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
     ) -> Result<Option<Restart>, WatchError> {
-        let cfg = self.cfg;
         // The state may have been reloaded since the last session.
         if let Some(drift) = drift.as_mut() {
             drift.forget_catalog();
@@ -93,7 +95,7 @@ impl Engine<'_> {
             let mut batch = Batch::default();
             for item in items {
                 catch_up.see(&item);
-                if let Some(restart) = batch.add(cfg, item, self.metrics) {
+                if let Some(restart) = batch.add(self.names, item, self.metrics) {
                     return Ok(Some(restart));
                 }
             }
@@ -114,7 +116,7 @@ impl Engine<'_> {
                 .iter()
                 .map(|(coll, token)| {
                     serde_json::to_string(token)
-                        .map(|text| (coll.name(&cfg.collections), text))
+                        .map(|text| (coll.name(self.names), text))
                         .map_err(|e| WatchError::Internal(e.to_string()))
                 })
                 .collect::<Result<_, _>>()?;
@@ -171,7 +173,7 @@ impl Engine<'_> {
     /// Reads a document whose change event could not be used whole: the
     /// event names it, the collection says what it is now.
     async fn look_up(&self, coll: Coll, id: mongodb::bson::Bson) -> Result<Event, WatchError> {
-        let name = coll.name(&self.cfg.collections);
+        let name = coll.name(self.names);
         let found = self
             .source
             .database()
@@ -374,7 +376,7 @@ impl Engine<'_> {
         if ids.is_empty() {
             return Ok(out);
         }
-        let name = Coll::Video.name(&self.cfg.collections);
+        let name = Coll::Video.name(self.names);
         let read = |source| SourceError::Read { collection: name.to_string(), source };
         let mut cursor = self
             .source
@@ -398,10 +400,7 @@ impl Engine<'_> {
         // Collected first: a lazy map over borrowed runs trips the
         // compiler's `Send` check where the watcher is spawned.
         let sends: Vec<_> = runs.into_iter().map(|run| self.sink.apply_changes(run)).collect();
-        futures::stream::iter(sends)
-            .buffer_unordered(self.cfg.write_concurrency.max(1))
-            .try_collect::<Vec<()>>()
-            .await?;
+        futures::stream::iter(sends).buffer_unordered(self.write_concurrency.max(1)).try_collect::<Vec<()>>().await?;
         Ok(())
     }
 }

@@ -4,7 +4,7 @@
 use super::WatchError;
 use super::model::Coll;
 use super::state::{self, State};
-use crate::config::Config;
+use crate::config::{Collections, MongoSettings};
 use crate::keys::status::StatusKeys;
 use crate::plan::PlanCtx;
 use crate::sink::Sink;
@@ -16,9 +16,9 @@ use tokio::sync::mpsc;
 /// chunks. The cursor fills the next chunk while a blocking thread
 /// decodes and files the previous one, so the raw documents in memory
 /// are a few chunks, never the collection.
-pub(super) async fn load_state(source: &Source, cfg: &Config) -> Result<State, WatchError> {
+pub(super) async fn load_state(source: &Source, mongo: &MongoSettings) -> Result<State, WatchError> {
     const CHUNK: usize = 2048;
-    let (c, batch) = (&cfg.collections, cfg.read_batch_size);
+    let (c, batch) = (&mongo.collections, mongo.read_batch_size);
     let (channels, categories, tags) = tokio::try_join!(
         source.read_all(&c.channel, batch),
         source.read_all(&c.category, batch),
@@ -71,21 +71,21 @@ pub(super) async fn existing_keys(sink: &Sink, ctx: &PlanCtx) -> Result<state::E
     Ok(existing)
 }
 
-pub(super) fn collection_names(cfg: &Config) -> [&str; 4] {
-    Coll::ALL.map(|c| c.name(&cfg.collections))
+pub(super) fn collection_names(names: &Collections) -> [&str; 4] {
+    Coll::ALL.map(|c| c.name(names))
 }
 
 pub(super) async fn load_tokens(
     sink: &Sink,
     status: &StatusKeys,
-    cfg: &Config,
+    names: &Collections,
 ) -> Result<Option<Vec<ResumeToken>>, WatchError> {
-    let Some(texts) = sink.load_tokens(status, &collection_names(cfg)).await? else { return Ok(None) };
+    let Some(texts) = sink.load_tokens(status, &collection_names(names)).await? else { return Ok(None) };
     Ok(texts.iter().map(|text| serde_json::from_str(text).ok()).collect())
 }
 
-pub(super) async fn clear_tokens(sink: &Sink, status: &StatusKeys, cfg: &Config) -> Result<(), WatchError> {
-    sink.clear_tokens(status, &collection_names(cfg)).await?;
+pub(super) async fn clear_tokens(sink: &Sink, status: &StatusKeys, names: &Collections) -> Result<(), WatchError> {
+    sink.clear_tokens(status, &collection_names(names)).await?;
     // A full rebuild follows, which writes every key.
     Ok(sink.unlink(&[status.cdc_deferred()]).await?)
 }

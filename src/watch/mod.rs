@@ -40,7 +40,7 @@ pub mod videos;
 
 pub use metrics::WatchMetrics;
 
-use crate::config::Config;
+use crate::config::{Collections, Config};
 use crate::keys::status::StatusKeys;
 use crate::plan::FamilySet;
 use crate::progress::Progress;
@@ -186,12 +186,13 @@ pub async fn run_fenced(
         None => (Sink::connect(&cfg.redis()).await?.fenced(fence.clone()).await?, Source::connect(&cfg.mongo()).await?),
     };
     let status = StatusKeys::new(cfg.status_prefix.clone());
+    let mongo = cfg.mongo();
     let ctx = plan_ctx(cfg, FamilySet::all());
     let mut rebuild_reason: Option<String> = None;
     'establish: loop {
         let saved = match &rebuild_reason {
             Some(_) => None,
-            None => load_tokens(&sink, &status, cfg).await?,
+            None => load_tokens(&sink, &status, &cfg.collections).await?,
         };
         // Without tokens the streams open first, then the rebuild reads:
         // every change after the snapshot is in the streams, none is lost
@@ -200,7 +201,7 @@ pub async fn run_fenced(
         let mut starts = match saved {
             Some(tokens) => tokens.into_iter().map(StartAt::Token).collect::<Vec<_>>(),
             None => {
-                clear_tokens(&sink, &status, cfg).await?;
+                clear_tokens(&sink, &status, &cfg.collections).await?;
                 vec![StartAt::Now; 4]
             }
         };
@@ -276,7 +277,7 @@ pub async fn run_fenced(
                 // written (changes after the rebuild read, or while this
                 // process was down), and a delete replayed from the
                 // tokens must find the keys to remove.
-                let (loaded, existing) = tokio::join!(load_state(&source, cfg), existing_keys(&sink, &ctx));
+                let (loaded, existing) = tokio::join!(load_state(&source, &mongo), existing_keys(&sink, &ctx));
                 let mut loaded = loaded?;
                 // Everything up to now may be in the loaded documents.
                 let loaded_at = source.cluster_time().await?;
@@ -301,7 +302,8 @@ pub async fn run_fenced(
             let outcome = match state.as_mut() {
                 Some((state, run_id)) => {
                     let engine = Engine {
-                        cfg,
+                        names: &cfg.collections,
+                        write_concurrency: cfg.write_concurrency,
                         opts,
                         sink: &sink,
                         source: &source,
@@ -315,7 +317,7 @@ pub async fn run_fenced(
                 }
                 // A stream failed to open before anything was loaded; its
                 // error is in the channel.
-                None => first_failure(cfg, &mut rx).await,
+                None => first_failure(&cfg.collections, &mut rx).await,
             };
             drop(tasks);
             match restart::decide(outcome, &starts)? {
@@ -355,13 +357,13 @@ pub async fn run_fenced(
 }
 
 /// Reads the failure a stream reported while opening.
-async fn first_failure(cfg: &Config, rx: &mut mpsc::Receiver<Item>) -> Result<Option<Restart>, WatchError> {
+async fn first_failure(names: &Collections, rx: &mut mpsc::Receiver<Item>) -> Result<Option<Restart>, WatchError> {
     while let Some(item) = rx.recv().await {
         if let Item::Unresumable(_, reason) = item {
             return Ok(Some(Restart::Rebuild(reason)));
         }
         if let Item::Failed(coll, err) = item {
-            let name = coll.name(&cfg.collections);
+            let name = coll.name(names);
             return Ok(Some(if stream::is_history_lost(&err) {
                 Restart::Rebuild(format!("{name} stream: {err}"))
             } else {

@@ -38,7 +38,10 @@ pub async fn run_writer(
     let mut results = batches
         .map(|batch| {
             let (sink, cancel) = (sink.clone(), cancel.clone());
-            async move {
+            // Each batch is a task of its own, so that building and
+            // encoding the batches in flight spreads over the runtime's
+            // threads; owned, so that a dropped writer stops them.
+            crate::tasks::spawn(async move {
                 // A stopping process starts no new batch; what is written
                 // stays whole (every batch is one transaction).
                 if cancel.is_some_and(|stop| stop.load(Ordering::SeqCst)) {
@@ -49,12 +52,16 @@ pub async fn run_writer(
                     sink.write(&batch).await?;
                 }
                 Ok::<_, SinkError>(batch)
-            }
+            })
         })
         .buffer_unordered(concurrency.max(1))
         .boxed();
-    while let Some(result) = results.next().await {
-        let batch = result?;
+    while let Some(joined) = results.next().await {
+        let batch = match joined {
+            Ok(result) => result?,
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Err(_) => return Err(SinkError::Stopped),
+        };
         outcome.ops += batch.len() as u64;
         on_batch(batch.len() as u64);
         for op in batch {

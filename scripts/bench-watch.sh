@@ -36,6 +36,7 @@ print(f"  latency at {w['rate_per_s']}/s      p50 {w['latency_p50_ms']:.0f} ms, 
 print(f"  sustained                {w['sustained_per_s']:.0f} changes/s ({w['sustained_updates']} in {w['sustained_seconds']:.1f} s; "
       f"MongoDB took them in {w['sent_seconds']:.1f} s)")
 print(f"  members read per change  {w['visited_per_change']:.1f}")
+print(f"  state CPU per change     {w['state_cpu_us_per_change']:.0f} µs (applying to the state and planning)")
 print(f"  watcher RSS              peak {w['peak_rss_mib']:.0f} MiB (while applying the flood), "
       f"settled {w['settled_rss_mib']:.0f} MiB; process peak with its rebuild {w['process_peak_rss_mib']:.0f} MiB")
 PY

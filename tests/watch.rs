@@ -318,6 +318,8 @@ async fn random_changes_equal_a_full_rebuild(setup: Setup, seeds: std::ops::Rang
         d.settle(&url, &prefix).await;
         let metrics = watcher.stop().await;
         assert!(metrics.total_applied() >= 40, "seed {seed}: {} events", metrics.total_applied());
+        // Applying and planning those events took CPU, and it was counted.
+        assert!(metrics.state_cpu_us.load(std::sync::atomic::Ordering::Relaxed) > 0, "seed {seed}: no state CPU");
         assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, seed).await;
     }
 }

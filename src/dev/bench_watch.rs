@@ -33,6 +33,9 @@ pub struct WatchBench {
     pub sent_seconds: f64,
     /// Scope members the watcher's planning read per applied change.
     pub visited_per_change: f64,
+    /// CPU µs the watcher's in-memory work (applying to its state,
+    /// planning) took per applied change.
+    pub state_cpu_us_per_change: f64,
     /// Peak resident memory while the watcher applied the backlog (reset
     /// after the first phase: the full rebuild a first start runs and
     /// the load come before; the script measures a restart's load apart).
@@ -200,6 +203,8 @@ pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevR
     Ok(WatchBench {
         mix,
         visited_per_change: visited as f64 / metrics.total_applied().max(1) as f64,
+        state_cpu_us_per_change: metrics.state_cpu_us.load(Ordering::Relaxed) as f64
+            / metrics.total_applied().max(1) as f64,
         peak_rss_mib: status_mib("VmHWM"),
         settled_rss_mib,
         process_peak_rss_mib: process_peak.max(status_mib("VmHWM")),

@@ -229,7 +229,10 @@ impl ServeMetrics {
     }
 }
 
-fn counter(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> std::fmt::Result {
+fn counter<N>(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: N) -> std::fmt::Result
+where
+    ConstCounter<N>: EncodeMetric,
+{
     ConstCounter::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Counter)?)
 }
 
@@ -292,6 +295,12 @@ impl Collector for WatchCollector {
             "watch_visited_videos",
             "Scope members the watcher's batch planning read: the members of the scopes the batches touched, and their videos",
             w.visited_videos.load(Ordering::Relaxed),
+        )?;
+        counter(
+            &mut encoder,
+            "watch_state_cpu_seconds",
+            "CPU seconds the watcher's batches spent applying events to its state and planning their writes",
+            w.state_cpu_us.load(Ordering::Relaxed) as f64 / 1e6,
         )?;
         gauge(
             &mut encoder,

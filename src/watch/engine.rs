@@ -19,6 +19,18 @@ use std::collections::HashMap;
 use std::time::Instant;
 use tokio::sync::mpsc;
 
+/// Index keys judged by size per chunk (see [`Engine::judge_sizes`]).
+const JUDGE_CHUNK: usize = 256;
+
+/// The index keys left to judge by size since the streams caught up, and
+/// how the judged ones went.
+#[derive(Debug, Default)]
+struct Judging {
+    keys: Vec<String>,
+    checked: usize,
+    trusted: usize,
+}
+
 /// The engine's connections and settings, for one streaming session.
 pub(super) struct Engine<'a> {
     /// The collections' names (for logs, tokens and lookups).
@@ -54,13 +66,20 @@ impl Engine<'_> {
         }
         let mut tick = tokio::time::interval(super::drift::TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Kept for this session only: a failed batch ends it, and the keys
+        // it may have left changed are then never judged by size.
+        let mut judging = Judging::default();
         loop {
-            // Shutdown first, then events; the drift check only when
-            // neither is ready.
+            // Shutdown first, then events, then judging index keys by
+            // size; the drift check only when none of them is ready.
             let first = tokio::select! {
                 biased;
                 _ = shutdown.as_mut() => return Ok(None),
                 item = rx.recv() => item,
+                () = std::future::ready(()), if !judging.keys.is_empty() => {
+                    self.judge_sizes(state, &mut judging).await;
+                    continue;
+                }
                 _ = tick.tick(), if drift.is_some() || !state.deferred.is_empty() => {
                     if !state.deferred.is_empty() {
                         self.retry_deferred(state).await?;
@@ -134,12 +153,17 @@ impl Engine<'_> {
             for (coll, token) in batch.tokens {
                 starts[coll as usize] = StartAt::Token(token);
             }
-            if caught_up {
-                self.trust_sizes(state).await;
-            }
             self.metrics.applied(batch.per_collection, batch.newest_cluster_time, started.elapsed());
             if self.opts.heartbeat {
                 heartbeat(self.sink, self.status, self.metrics).await;
+            }
+            if caught_up {
+                judging = Judging { keys: off_runtime(|| state.unjudged()), ..Judging::default() };
+            }
+            // A chunk after every batch, so that the judging ends under a
+            // steady stream of events too.
+            if !judging.keys.is_empty() {
+                self.judge_sizes(state, &mut judging).await;
             }
         }
     }
@@ -154,19 +178,29 @@ impl Engine<'_> {
     /// known, so their next change is a patch rather than a rewrite of
     /// the whole key. A key of another size stays unknown and is written
     /// whole; a failure here only leaves keys unknown.
-    async fn trust_sizes(&self, state: &mut State) {
-        let mut wanted = off_runtime(|| state.unknown_patchable(&self.ctx.keys));
+    ///
+    /// The judging runs a chunk of keys at a time between batches: the
+    /// state's sizes cost a pass over each tag's members (1.4 s at 2M
+    /// videos for every key at once), which no batch should wait for.
+    /// Judged between batches, a key no batch wrote since the catch-up
+    /// still holds what the state derives.
+    async fn judge_sizes(&self, state: &mut State, judging: &mut Judging) {
+        let chunk = judging.keys.split_off(judging.keys.len().saturating_sub(JUDGE_CHUNK));
+        let mut wanted = off_runtime(|| state.unknown_patchable(&self.ctx.keys, &chunk));
         // A deferred key may hold stale members of the right count; a key
         // in a slot without a master cannot be read now (both stay unknown).
         wanted.retain(|(key, _, _)| !state.deferred.contains(key) && self.sink.covers(key.as_bytes()));
         let pairs: Vec<(String, &'static str)> = wanted.iter().map(|(k, c, _)| (k.clone(), *c)).collect();
         match self.sink.sizes(&pairs).await {
             Ok(found) => {
-                let checked = wanted.len();
-                let trusted = state.trust_sizes(wanted, &found);
-                tracing::info!(checked, trusted, "index keys whose size matches the state count as known");
+                judging.checked += wanted.len();
+                judging.trusted += state.trust_sizes(wanted, &found);
             }
             Err(err) => tracing::warn!(error = %err, "could not read the index keys' sizes; they are written whole"),
+        }
+        if judging.keys.is_empty() {
+            let (checked, trusted) = (judging.checked, judging.trusted);
+            tracing::info!(checked, trusted, "index keys whose size matches the state count as known");
         }
     }
 
@@ -187,6 +221,16 @@ impl Engine<'_> {
         })
     }
 
+    /// Runs a batch's in-memory work off the runtime, counting its CPU.
+    fn in_memory<T>(&self, work: impl FnOnce() -> T) -> T {
+        off_runtime(|| {
+            let before = crate::usage::thread_cpu_time();
+            let out = work();
+            self.metrics.state_cpu(crate::usage::thread_cpu_time().saturating_sub(before));
+            out
+        })
+    }
+
     /// Applies events to the state, writes what they change and saves the
     /// tokens; the state keeps the batch only once all of that is in
     /// Redis, and is left exactly as before when any of it fails.
@@ -197,7 +241,7 @@ impl Engine<'_> {
         tokens: &[(&str, String)],
     ) -> Result<Vec<String>, WatchError> {
         let started = Instant::now();
-        let mut applied = off_runtime(|| state.apply(events));
+        let mut applied = self.in_memory(|| state.apply(events));
         let decoded = started.elapsed();
         // A repeated id whose first owner went away: the next owner was
         // loaded without its detail, so read it again.
@@ -224,7 +268,7 @@ impl Engine<'_> {
         };
         let view = plan::RedisView { categories, details };
         let read = started.elapsed();
-        let mut plan = off_runtime(|| plan::plan_batch(state, &applied, &view, self.ctx));
+        let mut plan = self.in_memory(|| plan::plan_batch(state, &applied, &view, self.ctx));
         let planned = started.elapsed();
         self.metrics.visited(plan.visited);
         let budget = self.sink.tx_budget();

@@ -36,6 +36,10 @@ pub struct WatchMetrics {
     /// scopes they touched and their videos (never a walk over the whole
     /// catalogue).
     pub visited_videos: AtomicU64,
+    /// CPU the batches' in-memory work took, in µs: applying their events
+    /// to the state and planning their writes (what grows with the
+    /// catalogue if anything does; the benchmark divides it by changes).
+    pub state_cpu_us: AtomicU64,
     /// Keys the batches changed in place (see `watch::delta`) instead of
     /// replacing them whole.
     pub patched_keys: AtomicU64,
@@ -159,6 +163,11 @@ impl WatchMetrics {
     /// Counts the videos a batch's planning visited.
     pub fn visited(&self, n: usize) {
         self.visited_videos.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Adds CPU a batch's in-memory work took.
+    pub fn state_cpu(&self, took: Duration) {
+        self.state_cpu_us.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// Rejections and unusable events as JSON rows.

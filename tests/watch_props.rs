@@ -278,10 +278,6 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
     let mut persisted = 0usize;
     // The pending scopes as Redis holds them (`cdc:pending`).
     let mut pending = Scopes::default();
-    // The index keys left to judge by size since the streams caught up;
-    // the engine judges a chunk after each batch (two here, so that the
-    // judging spans batches and failures).
-    let mut unjudged: Vec<String> = Vec::new();
     let batch = |state: &mut State,
                  mongo: &Mongo,
                  store: &mut Store,
@@ -290,21 +286,10 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
                  persisted: &mut usize,
                  pending: &mut Scopes,
                  loaded_at: &usize,
-                 unjudged: &mut Vec<String>,
                  take: usize,
                  fail: Option<usize>| {
-        // As the engine between batches: judge a chunk of index keys by
-        // the size Redis holds.
-        let judge = |state: &mut State, store: &Store, unjudged: &mut Vec<String>| {
-            let chunk = unjudged.split_off(unjudged.len().saturating_sub(2));
-            let wanted = state.unknown_patchable(&ctx.keys, &chunk);
-            let size = |key: &String| store.get(key).map_or(0, |(c, _)| c.to_value().elements());
-            let found: Vec<usize> = wanted.iter().map(|(key, _, _)| size(key)).collect();
-            state.trust_sizes(wanted, &found);
-        };
         let events: Vec<Event> = log[*saved..(*saved + take).min(log.len())].to_vec();
         if events.is_empty() {
-            judge(state, store, unjudged);
             return Ok::<(), TestCaseError>(());
         }
         let n = events.len();
@@ -363,18 +348,17 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
         if fail.is_some() {
             state.abort(applied, &ctx.keys, &plan.record);
             prop_assert_eq!(before, state_fingerprint(state), "undo left the state changed");
-            // The failure ends the engine's session, and its judging.
-            unjudged.clear();
         } else {
             state.commit(applied, &ctx.keys, &plan.record);
             *saved += n;
             if caught_up {
                 // As the engine: keys whose size is the state's count as
-                // known from here on (later batches patch them), judged a
-                // chunk at a time.
-                *unjudged = state.unjudged();
+                // known from here on (later batches patch them).
+                let wanted = state.unknown_patchable(&ctx.keys);
+                let size = |key: &String| store.get(key).map_or(0, |(c, _)| c.to_value().elements());
+                let found: Vec<usize> = wanted.iter().map(|(key, _, _)| size(key)).collect();
+                state.trust_sizes(wanted, &found);
             }
-            judge(state, store, unjudged);
         }
         Ok(())
     };
@@ -391,7 +375,6 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
                 &mut persisted,
                 &mut pending,
                 &loaded_at,
-                &mut unjudged,
                 *take,
                 fail_next.take(),
             )?,
@@ -413,8 +396,6 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
                 // replay passes the job's read.
                 state.catching_up = true;
                 loaded_at = log.len();
-                // The watcher paused for the job: its session ended.
-                unjudged.clear();
             }
             Step::Restart => {
                 // Lost: the in-memory state and position. Kept: the cache
@@ -424,26 +405,13 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
                 state.dirty = pending.clone();
                 saved = persisted;
                 loaded_at = log.len();
-                unjudged.clear();
             }
         }
     }
     // The streams go idle: a batch without events recomputes what is
     // still dirty.
     while saved < log.len() || !state.dirty.is_empty() {
-        batch(
-            &mut state,
-            &mongo,
-            &mut store,
-            &log,
-            &mut saved,
-            &mut persisted,
-            &mut pending,
-            &loaded_at,
-            &mut unjudged,
-            3,
-            None,
-        )?;
+        batch(&mut state, &mongo, &mut store, &log, &mut saved, &mut persisted, &mut pending, &loaded_at, 3, None)?;
     }
     let mut expected = Store::new();
     for op in mongo.full_plan(&cfg) {

@@ -19,18 +19,6 @@ use std::collections::HashMap;
 use std::time::Instant;
 use tokio::sync::mpsc;
 
-/// Index keys judged by size per chunk (see [`Engine::judge_sizes`]).
-const JUDGE_CHUNK: usize = 256;
-
-/// The index keys left to judge by size since the streams caught up, and
-/// how the judged ones went.
-#[derive(Debug, Default)]
-struct Judging {
-    keys: Vec<String>,
-    checked: usize,
-    trusted: usize,
-}
-
 /// The engine's connections and settings, for one streaming session.
 pub(super) struct Engine<'a> {
     /// The collections' names (for logs, tokens and lookups).
@@ -66,20 +54,13 @@ impl Engine<'_> {
         }
         let mut tick = tokio::time::interval(super::drift::TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Kept for this session only: a failed batch ends it, and the keys
-        // it may have left changed are then never judged by size.
-        let mut judging = Judging::default();
         loop {
-            // Shutdown first, then events, then judging index keys by
-            // size; the drift check only when none of them is ready.
+            // Shutdown first, then events; the drift check only when
+            // neither is ready.
             let first = tokio::select! {
                 biased;
                 _ = shutdown.as_mut() => return Ok(None),
                 item = rx.recv() => item,
-                () = std::future::ready(()), if !judging.keys.is_empty() => {
-                    self.judge_sizes(state, &mut judging).await;
-                    continue;
-                }
                 _ = tick.tick(), if drift.is_some() || !state.deferred.is_empty() => {
                     if !state.deferred.is_empty() {
                         self.retry_deferred(state).await?;
@@ -153,17 +134,12 @@ impl Engine<'_> {
             for (coll, token) in batch.tokens {
                 starts[coll as usize] = StartAt::Token(token);
             }
+            if caught_up {
+                self.trust_sizes(state).await;
+            }
             self.metrics.applied(batch.per_collection, batch.newest_cluster_time, started.elapsed());
             if self.opts.heartbeat {
                 heartbeat(self.sink, self.status, self.metrics).await;
-            }
-            if caught_up {
-                judging = Judging { keys: off_runtime(|| state.unjudged()), ..Judging::default() };
-            }
-            // A chunk after every batch, so that the judging ends under a
-            // steady stream of events too.
-            if !judging.keys.is_empty() {
-                self.judge_sizes(state, &mut judging).await;
             }
         }
     }
@@ -178,29 +154,19 @@ impl Engine<'_> {
     /// known, so their next change is a patch rather than a rewrite of
     /// the whole key. A key of another size stays unknown and is written
     /// whole; a failure here only leaves keys unknown.
-    ///
-    /// The judging runs a chunk of keys at a time between batches: the
-    /// state's sizes cost a pass over each tag's members (1.4 s at 2M
-    /// videos for every key at once), which no batch should wait for.
-    /// Judged between batches, a key no batch wrote since the catch-up
-    /// still holds what the state derives.
-    async fn judge_sizes(&self, state: &mut State, judging: &mut Judging) {
-        let chunk = judging.keys.split_off(judging.keys.len().saturating_sub(JUDGE_CHUNK));
-        let mut wanted = off_runtime(|| state.unknown_patchable(&self.ctx.keys, &chunk));
+    async fn trust_sizes(&self, state: &mut State) {
+        let mut wanted = off_runtime(|| state.unknown_patchable(&self.ctx.keys));
         // A deferred key may hold stale members of the right count; a key
         // in a slot without a master cannot be read now (both stay unknown).
         wanted.retain(|(key, _, _)| !state.deferred.contains(key) && self.sink.covers(key.as_bytes()));
         let pairs: Vec<(String, &'static str)> = wanted.iter().map(|(k, c, _)| (k.clone(), *c)).collect();
         match self.sink.sizes(&pairs).await {
             Ok(found) => {
-                judging.checked += wanted.len();
-                judging.trusted += state.trust_sizes(wanted, &found);
+                let checked = wanted.len();
+                let trusted = state.trust_sizes(wanted, &found);
+                tracing::info!(checked, trusted, "index keys whose size matches the state count as known");
             }
             Err(err) => tracing::warn!(error = %err, "could not read the index keys' sizes; they are written whole"),
-        }
-        if judging.keys.is_empty() {
-            let (checked, trusted) = (judging.checked, judging.trusted);
-            tracing::info!(checked, trusted, "index keys whose size matches the state count as known");
         }
     }
 

@@ -183,6 +183,24 @@ impl<'a> Scoped<'a> {
         sym.and_then(|s| self.members.by_category.get(&s)).map_or(0, |o| o.0.len())
     }
 
+    /// Category `sym`'s members as handles in handle order: what
+    /// [`Scoped::count_of_tag_among`] looks members up in.
+    pub fn handles_of_category(&self, sym: Option<Sym>) -> Vec<Handle> {
+        let mut handles = sym.and_then(|s| self.members.by_category.get(&s)).map_or_else(Vec::new, |o| o.0.clone());
+        handles.sort_unstable();
+        handles
+    }
+
+    /// How many of tag `sym`'s members are among `sorted` (a category's
+    /// handles, [`Scoped::handles_of_category`]): the size of the tag's
+    /// list in that category. A video is filed under one handle in every
+    /// scope, so handles compare without reading a record, where a
+    /// lookup by rank reads one for every step of its search.
+    pub fn count_of_tag_among(&self, sym: Option<Sym>, sorted: &[Handle]) -> usize {
+        let Some(scope) = sym.and_then(|s| self.members.by_tag.get(&s)) else { return 0 };
+        scope.0.iter().filter(|h| sorted.binary_search(h).is_ok()).count()
+    }
+
     /// Where a video ranked `(added, written)` sits, or would, among
     /// category `sym`'s members, and the members after it: what a patch
     /// of the category's list inserts before, found without a walk.
@@ -309,6 +327,31 @@ mod tests {
         assert_eq!((m.of_category(Some(C1)).count(), m.of_category(Some(C3)).count()), (3, 0));
         assert_eq!(m.count_of_category(Some(C1)), 3, "a repeated reference files a video once");
         assert_eq!(m.of_category(None).count(), 0);
+    }
+
+    /// A tag list's size by handle equals the count by rank lookup, for
+    /// tags whose members lie in several categories.
+    #[test]
+    fn a_tags_members_in_a_category_count_alike_by_handle_and_by_rank() {
+        let mut s = Store::default();
+        for i in 0..40i64 {
+            let cats: &[Sym] = match i % 3 {
+                0 => &[C1],
+                1 => &[C2, C1],
+                _ => &[C3],
+            };
+            let tags: &[Sym] = if i % 2 == 0 { &[T1] } else { &[T1, T2] };
+            s.file(&format!("v{i:02}"), i % 7, cats, tags);
+        }
+        let m = s.view();
+        for cat in [Some(C1), Some(C2), Some(C3), None] {
+            let sorted = m.handles_of_category(cat);
+            for tag in [Some(T1), Some(T2), None] {
+                let by_rank = m.ranked_of_tag(tag).filter(|(added, w)| m.in_category(cat, *added, *w)).count();
+                assert_eq!(m.count_of_tag_among(tag, &sorted), by_rank, "{cat:?} {tag:?}");
+            }
+        }
+        assert_eq!(m.count_of_tag_among(Some(T2), &m.handles_of_category(Some(C1))), 14);
     }
 
     #[test]

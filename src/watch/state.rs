@@ -516,23 +516,17 @@ impl State {
         self.syms.name(sym)
     }
 
-    /// The tracked scoped keys whose contents are not known: the
-    /// candidates [`State::unknown_patchable`] judges, a few at a time.
-    pub fn unjudged(&self) -> Vec<String> {
-        let tracked = self.existing.by_category.values().chain(self.existing.by_tag.values()).flatten();
-        let mut seen = std::collections::HashSet::new();
-        tracked.filter(|k| !self.existing.held.contains_key(*k) && seen.insert(*k)).cloned().collect()
-    }
-
-    /// Of `candidates`, the keys of the patchable families whose contents
-    /// are still not known and that the state says should exist: each
-    /// with the command that reads its size and the size the state
-    /// derives for it. A tag list's size costs a pass over the tag's
-    /// members, so the engine asks for a few keys at a time.
-    pub fn unknown_patchable(&self, keys: &Keys, candidates: &[String]) -> Vec<(String, &'static str, usize)> {
+    /// The tracked keys of the patchable families whose contents are not
+    /// known and that the state says should exist: each with the command
+    /// that reads its size and the size the state derives for it.
+    pub fn unknown_patchable(&self, keys: &Keys) -> Vec<(String, &'static str, usize)> {
         let catalog = &self.catalog;
         let mut out = Vec::new();
-        for key in candidates.iter().filter(|k| !self.existing.held.contains_key(*k)) {
+        // Each category's handles, sorted once for all its tags' lists.
+        let mut handles: FxHashMap<Option<Sym>, Vec<Handle>> = FxHashMap::default();
+        let tracked = self.existing.by_category.values().chain(self.existing.by_tag.values()).flatten();
+        let mut seen = std::collections::HashSet::new();
+        for key in tracked.filter(|k| !self.existing.held.contains_key(*k) && seen.insert(*k)) {
             let Some((family, args)) = keys.parse(key) else { continue };
             let derived = match (family, args.as_slice()) {
                 (FamilyId::VideoCategoryIndex | FamilyId::VideoCategoryList, [cat]) => {
@@ -545,8 +539,8 @@ impl State {
                     .map(|_| {
                         let owner = self.syms.get(cat);
                         let members = self.members();
-                        let tagged = members.ranked_of_tag(self.syms.get(tag));
-                        tagged.filter(|(added, w)| members.in_category(owner, *added, *w)).count()
+                        let sorted = handles.entry(owner).or_insert_with(|| members.handles_of_category(owner));
+                        members.count_of_tag_among(self.syms.get(tag), sorted)
                     }),
                 _ => None,
             };

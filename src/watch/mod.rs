@@ -22,6 +22,7 @@
 //! keys the continuous drift check compares between batches; `deferred`
 //! writes on around slots a degraded cluster does not cover.
 
+mod arena;
 mod batch;
 pub mod deferred;
 pub mod delta;

@@ -419,6 +419,9 @@ impl State {
 
     /// Ends the load: files every effective video under its scopes.
     pub fn finish_load(&mut self) {
+        // What the load filed is kept: a batch taken back later must not
+        // give the load's handles or references back.
+        self.videos.commit();
         let effective = self.videos.owners().filter(|&h| self.videos.doc(h).is_some_and(|d| d.active));
         self.members = Members::build(&self.videos, effective);
     }

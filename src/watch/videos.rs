@@ -1,13 +1,22 @@
-//! The watcher's video documents, compactly: one fixed-size record per
-//! document in a slab addressed by `u32` handles, found by `_id` and by
-//! written id through hash tables of handles. A document costs its
-//! 40-byte record, its interned references, and a few bytes of table;
-//! the scopes ([`super::members`]) file handles, not ids.
+//! The watcher's video documents, compactly: one 28-byte record per
+//! document in a slab addressed by `u32` handles, its references packed in
+//! an arena ([`super::arena`]), found by `_id` through a hash table of
+//! handles. A document costs its record, its references (4 bytes each)
+//! and about 5 bytes of table; the scopes ([`super::members`]) file
+//! handles, not ids.
 //!
-//! A handle freed by a batch is not reused before the batch is committed,
-//! so a batch taken back puts every document back under its old handle
-//! and the scopes' handles stay valid (see [`Videos::undo`]).
+//! A written id's owner (its first carrier) needs no table of its own:
+//! nearly every document's `_id` is an ObjectId whose written id is its
+//! hex, and is its id's only carrier, so the `_id` table finds it. Only
+//! the exceptions are kept aside: ids two or more documents carry, and ids
+//! whose one carrier has another kind of `_id`.
+//!
+//! A handle (or a span of references) freed by a batch is not reused
+//! before the batch is committed, so a batch taken back puts every
+//! document back under its old handle and the scopes' handles stay valid
+//! (see [`Videos::undo`]).
 
+use super::arena::{Arena, MAX_SPAN};
 use super::model::IdKey;
 use crate::model::compact::{Sym, Wid, WidRef};
 use hashbrown::HashTable;
@@ -24,22 +33,43 @@ const ACTIVE: u8 = 4;
 /// The `_id` is not an ObjectId: the record's side entry in
 /// [`Videos::others`] says what it is.
 const OTHER: u8 = 8;
+/// The references are too many for the record's counts: they are in
+/// [`Videos::long`].
+const LONG: u8 = 16;
 
-#[derive(Debug, Clone, PartialEq)]
+/// One document. `addedTime` is kept as two halves so that the record
+/// aligns to 4 bytes: 28 bytes, not 32.
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Rec {
-    added_ms: i64,
-    /// A valid document's references as stored (repeats kept): how many
-    /// are categories, then the categories, then the tags. Empty for a
-    /// rejected document.
-    refs: Box<[Sym]>,
+    added: [u32; 2],
     /// The `_id`'s bytes, when it is an ObjectId.
     oid: [u8; 12],
+    /// Where a valid document's references start in the arena: its
+    /// categories as stored (repeats kept), then its tags.
+    refs: u32,
+    cats: u8,
+    tags: u8,
     flags: u8,
+}
+
+impl Rec {
+    fn added_ms(&self) -> i64 {
+        ((u64::from(self.added[0]) << 32) | u64::from(self.added[1])) as i64
+    }
+
+    fn set_added_ms(&mut self, ms: i64) {
+        self.added = [((ms as u64) >> 32) as u32, ms as u32];
+    }
+
+    /// How many symbols its span holds (none when they are kept aside).
+    fn span(&self) -> usize {
+        if self.flags & LONG != 0 { 0 } else { usize::from(self.cats) + usize::from(self.tags) }
+    }
 }
 
 /// An empty slot.
 fn dead() -> Rec {
-    Rec { added_ms: 0, refs: Box::default(), oid: [0; 12], flags: 0 }
+    Rec { added: [0; 2], oid: [0; 12], refs: 0, cats: 0, tags: 0, flags: 0 }
 }
 
 /// What the record of a document whose `_id` is not an ObjectId cannot
@@ -69,13 +99,19 @@ pub struct Fields {
     pub tags: Vec<Sym>,
 }
 
-/// A document as it was before a batch: enough to put it back.
+/// A document as it was before a batch: enough to put it back. Its
+/// references stay in their span, which the batch cannot reuse.
 #[derive(Debug, Clone)]
 pub struct Saved {
     handle: Handle,
     rec: Rec,
     other: Option<Other>,
+    long: Option<Long>,
 }
+
+/// References too many for a record's counts: how many are categories,
+/// then the categories, then the tags.
+type Long = (usize, Box<[Sym]>);
 
 /// A document's `_id` as the tables compare it.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -98,13 +134,17 @@ fn hash(value: impl Hash) -> u64 {
 #[derive(Debug, Default)]
 pub struct Videos {
     recs: Vec<Rec>,
+    refs: Arena,
     others: FxHashMap<Handle, Other>,
+    long: FxHashMap<Handle, Long>,
     by_key: HashTable<Handle>,
-    /// The first carrier (in arrival order) of each written id.
-    owner: HashTable<Handle>,
     /// Every carrier, in arrival order, of the written ids two or more
     /// documents carry (repeats, rejected as such).
     carriers: FxHashMap<Wid, Vec<Handle>>,
+    /// The one carrier of each written id that one document carries,
+    /// when its `_id` is not an ObjectId (an ObjectId carrier is found by
+    /// its `_id`).
+    other_owner: FxHashMap<Wid, Handle>,
     free: Vec<Handle>,
     /// Freed since the last commit (not reused before it).
     freed: Vec<Handle>,
@@ -155,13 +195,16 @@ impl Videos {
     pub fn reserve(&mut self, more: usize) {
         let slab = Slab { recs: &self.recs, others: &self.others };
         self.by_key.reserve(more, |&h| hash(slab.key(h)));
-        self.owner.reserve(more, |&h| hash(slab.written(h)));
         self.recs.reserve_exact(more.saturating_sub(self.free.len()));
     }
 
     /// The handle of the document with this `_id`.
     pub fn find(&self, key: &IdKey) -> Option<Handle> {
-        let (slab, k) = (self.slab(), key_ref(key));
+        self.find_ref(key_ref(key))
+    }
+
+    fn find_ref(&self, k: KeyRef<'_>) -> Option<Handle> {
+        let slab = self.slab();
         self.by_key.find(hash(k), |&h| slab.key(h) == k).copied()
     }
 
@@ -171,9 +214,13 @@ impl Videos {
         if rec.flags & VALID == 0 {
             return None;
         }
-        let cats_len = rec.refs[0] as usize;
-        let (cats, tags) = rec.refs[1..].split_at(cats_len);
-        Some(Doc { active: rec.flags & ACTIVE != 0, added_ms: rec.added_ms, cats, tags })
+        let (cats, tags) = if rec.flags & LONG != 0 {
+            let (cats_len, refs) = &self.long[&h];
+            refs.split_at(*cats_len)
+        } else {
+            self.refs.get(rec.refs, rec.span()).split_at(usize::from(rec.cats))
+        };
+        Some(Doc { active: rec.flags & ACTIVE != 0, added_ms: rec.added_ms(), cats, tags })
     }
 
     /// A held document's `_id`.
@@ -216,25 +263,54 @@ impl Videos {
     /// Where a filed video ranks in a scope: its `addedTime` and written id.
     pub fn rank(&self, h: Handle) -> (i64, WidRef<'_>) {
         let rec = &self.recs[h as usize];
-        (rec.added_ms, self.written(h).expect("only documents with a written id are filed"))
+        (rec.added_ms(), self.written(h).expect("only documents with a written id are filed"))
     }
 
     /// The first document carrying a written id: its owner.
     pub fn owner(&self, w: WidRef<'_>) -> Option<Handle> {
-        let slab = self.slab();
-        self.owner.find(hash(Some(w)), |&h| slab.written(h) == Some(w)).copied()
+        if !self.carriers.is_empty()
+            && let Some(list) = self.carriers.get(&w.to_owned())
+        {
+            return list.first().copied();
+        }
+        self.sole(w)
     }
 
-    /// Every written id's owner.
+    /// The carrier of a written id that no other document carries: the
+    /// document whose ObjectId it is, or one kept aside.
+    fn sole(&self, w: WidRef<'_>) -> Option<Handle> {
+        if let WidRef::Hex(bytes) = w
+            && let Some(h) = self.find_ref(KeyRef::Oid(bytes))
+        {
+            return Some(h);
+        }
+        if self.other_owner.is_empty() {
+            return None;
+        }
+        self.other_owner.get(&w.to_owned()).copied()
+    }
+
+    /// Every written id's owner, in slot order.
     pub fn owners(&self) -> impl Iterator<Item = Handle> + '_ {
-        self.owner.iter().copied()
+        (0..self.recs.len() as Handle).filter(move |&h| {
+            let rec = &self.recs[h as usize];
+            if rec.flags & LIVE == 0 {
+                return false;
+            }
+            // An ObjectId document owns its hex unless another document
+            // carried it first; the rest are asked the long way.
+            if rec.flags & OTHER == 0 && self.carriers.is_empty() {
+                return true;
+            }
+            self.written(h).is_some_and(|w| self.owner(w) == Some(h))
+        })
     }
 
     /// The documents carrying a written id, in arrival order.
     pub fn carriers(&self, w: WidRef<'_>) -> Vec<Handle> {
         match self.carriers.get(&w.to_owned()) {
             Some(list) => list.clone(),
-            None => self.owner(w).into_iter().collect(),
+            None => self.sole(w).into_iter().collect(),
         }
     }
 
@@ -242,20 +318,32 @@ impl Videos {
     /// its written id, is the same), a new one is filed last among the
     /// carriers of its written id. `written` is what its `_id` writes.
     pub fn put(&mut self, key: IdKey, raw_id: Bson, written: Option<Wid>, fields: Option<Fields>) -> Handle {
-        let mut rec = match fields {
-            Some(f) => {
-                let cats_len = Sym::try_from(f.cats.len()).expect("fewer than 4 billion references");
-                let refs = std::iter::once(cats_len).chain(f.cats).chain(f.tags).collect();
-                let active = if f.active { ACTIVE } else { 0 };
-                Rec { added_ms: f.added_ms, refs, oid: [0; 12], flags: LIVE | VALID | active }
+        let mut rec = Rec { flags: LIVE, ..dead() };
+        let mut long = None;
+        if let Some(f) = fields {
+            rec.flags |= VALID | if f.active { ACTIVE } else { 0 };
+            rec.set_added_ms(f.added_ms);
+            match (u8::try_from(f.cats.len()), u8::try_from(f.tags.len())) {
+                (Ok(cats), Ok(tags)) if f.cats.len() + f.tags.len() <= MAX_SPAN => {
+                    let refs: Vec<Sym> = f.cats.into_iter().chain(f.tags).collect();
+                    (rec.refs, rec.cats, rec.tags) = (self.refs.put(&refs), cats, tags);
+                }
+                _ => {
+                    rec.flags |= LONG;
+                    long = Some((f.cats.len(), f.cats.into_iter().chain(f.tags).collect()));
+                }
             }
-            None => Rec { flags: LIVE, ..dead() },
-        };
+        }
         if let Some(h) = self.find(&key) {
-            let old = &mut self.recs[h as usize];
+            let old = self.recs[h as usize];
+            self.refs.release(old.refs, old.span());
             rec.oid = old.oid;
             rec.flags |= old.flags & OTHER;
-            *old = rec;
+            self.recs[h as usize] = rec;
+            match long {
+                Some(l) => self.long.insert(h, l),
+                None => self.long.remove(&h),
+            };
             return h;
         }
         match &key {
@@ -264,6 +352,9 @@ impl Videos {
         }
         let h = self.alloc();
         self.recs[h as usize] = rec;
+        if let Some(l) = long {
+            self.long.insert(h, l);
+        }
         if let IdKey::Other(text) = key {
             self.others.insert(h, Other { key: text, raw_id: Box::new(raw_id), written });
         }
@@ -278,6 +369,8 @@ impl Videos {
     pub fn remove(&mut self, key: &IdKey) -> Option<Handle> {
         let h = self.find(key)?;
         self.unlink(h);
+        let rec = self.recs[h as usize];
+        self.refs.release(rec.refs, rec.span());
         self.kill(h);
         self.freed.push(h);
         Some(h)
@@ -294,7 +387,8 @@ impl Videos {
     }
 
     /// Drops a held document from the key table and empties its record
-    /// (its written id is unlinked already).
+    /// (its written id is unlinked already, its span released or kept
+    /// by the caller).
     fn kill(&mut self, h: Handle) {
         let slab = Slab { recs: &self.recs, others: &self.others };
         let k = slab.key(h);
@@ -303,53 +397,73 @@ impl Videos {
         }
         self.recs[h as usize] = dead();
         self.others.remove(&h);
+        self.long.remove(&h);
         self.live -= 1;
     }
 
-    /// Files a new document last among its written id's carriers.
+    /// Files a new document (held already) last among its written id's
+    /// carriers.
     fn link(&mut self, h: Handle) {
-        let slab = Slab { recs: &self.recs, others: &self.others };
-        let Some(w) = slab.written(h) else { return };
-        match self.owner.find(hash(Some(w)), |&x| slab.written(x) == Some(w)) {
-            None => {
-                self.owner.insert_unique(hash(Some(w)), h, |&x| hash(slab.written(x)));
+        let Some(w) = self.written(h).map(|w| w.to_owned()) else { return };
+        if let Some(list) = self.carriers.get_mut(&w) {
+            if !list.contains(&h) {
+                list.push(h);
             }
-            Some(&first) => {
-                let list = self.carriers.entry(w.to_owned()).or_insert_with(|| vec![first]);
-                if !list.contains(&h) {
-                    list.push(h);
-                }
+            return;
+        }
+        let before = match w.as_ref() {
+            WidRef::Hex(bytes) => self.find_ref(KeyRef::Oid(bytes)).filter(|&x| x != h),
+            WidRef::Text(_) => None,
+        };
+        match before.or_else(|| self.other_owner.get(&w).copied().filter(|&x| x != h)) {
+            Some(first) => {
+                self.other_owner.remove(&w);
+                self.carriers.insert(w, vec![first, h]);
             }
+            None if self.recs[h as usize].flags & OTHER != 0 => {
+                self.other_owner.insert(w, h);
+            }
+            None => {}
         }
     }
 
     /// Takes a document out of its written id's carriers: the next one
     /// owns the id when it owned it.
     fn unlink(&mut self, h: Handle) {
-        let slab = Slab { recs: &self.recs, others: &self.others };
-        let Some(w) = slab.written(h) else { return };
-        let Ok(entry) = self.owner.find_entry(hash(Some(w)), |&x| slab.written(x) == Some(w)) else { return };
-        let owned = w.to_owned();
-        match self.carriers.get_mut(&owned) {
-            None => {
-                if *entry.get() == h {
-                    entry.remove();
-                }
-            }
+        let Some(w) = self.written(h).map(|w| w.to_owned()) else { return };
+        match self.carriers.get_mut(&w) {
             Some(list) => {
                 list.retain(|&x| x != h);
-                *entry.into_mut() = list[0];
-                if list.len() == 1 {
-                    self.carriers.remove(&owned);
+                if let [last] = list[..] {
+                    self.carriers.remove(&w);
+                    self.set_sole(w, last);
                 }
             }
+            None => {
+                if self.other_owner.get(&w) == Some(&h) {
+                    self.other_owner.remove(&w);
+                }
+            }
+        }
+    }
+
+    /// Records the one carrier of a written id where [`Videos::sole`]
+    /// finds it.
+    fn set_sole(&mut self, w: Wid, h: Handle) {
+        if self.recs[h as usize].flags & OTHER != 0 {
+            self.other_owner.insert(w, h);
         }
     }
 
     /// A held document as it is now, to put back with [`Videos::undo`].
     pub fn save(&self, key: &IdKey) -> Option<Saved> {
         let h = self.find(key)?;
-        Some(Saved { handle: h, rec: self.recs[h as usize].clone(), other: self.others.get(&h).cloned() })
+        Some(Saved {
+            handle: h,
+            rec: self.recs[h as usize],
+            other: self.others.get(&h).cloned(),
+            long: self.long.get(&h).cloned(),
+        })
     }
 
     /// Puts documents and written ids back as they were before a batch:
@@ -362,15 +476,9 @@ impl Videos {
         owners: impl IntoIterator<Item = (Wid, Vec<Handle>)>,
     ) {
         let owners: Vec<(Wid, Vec<Handle>)> = owners.into_iter().collect();
-        // The touched ids' carriers out first, while every record still
-        // hashes as it did when filed.
         for (w, _) in &owners {
-            let slab = Slab { recs: &self.recs, others: &self.others };
-            let w = w.as_ref();
-            if let Ok(entry) = self.owner.find_entry(hash(Some(w)), |&x| slab.written(x) == Some(w)) {
-                entry.remove();
-            }
-            self.carriers.remove(&w.to_owned());
+            self.carriers.remove(w);
+            self.other_owner.remove(w);
         }
         let mut gone = std::mem::take(&mut self.freed);
         let docs: Vec<(IdKey, Option<Saved>)> = docs.into_iter().collect();
@@ -380,22 +488,29 @@ impl Videos {
                 gone.push(h);
             }
         }
+        // The spans the batch took are free again; the ones it released
+        // hold the restored records' references.
+        self.refs.undo();
         for saved in docs.into_iter().filter_map(|(_, saved)| saved) {
             let h = saved.handle;
             self.recs[h as usize] = saved.rec;
             if let Some(other) = saved.other {
                 self.others.insert(h, other);
             }
+            if let Some(long) = saved.long {
+                self.long.insert(h, long);
+            }
             self.live += 1;
             let slab = Slab { recs: &self.recs, others: &self.others };
             self.by_key.insert_unique(hash(slab.key(h)), h, |&x| hash(slab.key(x)));
         }
-        for (w, list) in owners {
-            let Some(&first) = list.first() else { continue };
-            let slab = Slab { recs: &self.recs, others: &self.others };
-            self.owner.insert_unique(hash(Some(w.as_ref())), first, |&x| hash(slab.written(x)));
-            if list.len() > 1 {
-                self.carriers.insert(w, list);
+        for (w, mut list) in owners {
+            match list.len() {
+                0 => {}
+                1 => self.set_sole(w, list.remove(0)),
+                _ => {
+                    self.carriers.insert(w, list);
+                }
             }
         }
         gone.sort_unstable();
@@ -403,19 +518,21 @@ impl Videos {
         self.free.extend(gone.into_iter().filter(|&h| self.recs[h as usize].flags & LIVE == 0));
     }
 
-    /// Keeps a batch: the handles it freed may be reused.
+    /// Keeps a batch: the handles and spans it freed may be reused.
     pub fn commit(&mut self) {
         self.free.append(&mut self.freed);
+        self.refs.commit();
     }
 
     /// About how many bytes the store holds: its records, their
-    /// references, the side entries and the two tables.
+    /// references, the side entries and the table.
     pub fn footprint(&self) -> usize {
-        let refs: usize = self.recs.iter().map(|r| r.refs.len().div_ceil(2) * 8).sum();
-        let tables = (self.by_key.capacity() + self.owner.capacity()) * (size_of::<Handle>() + 1);
-        let others = self.others.len() * (size_of::<Other>() + 64);
+        let table = self.by_key.capacity() * (size_of::<Handle>() + 1);
+        let others = (self.others.len() + self.other_owner.len()) * (size_of::<Other>() + 64);
+        let long: usize = self.long.values().map(|(_, refs)| 48 + refs.len() * 4).sum();
         let carriers: usize = self.carriers.values().map(|l| 48 + l.capacity() * 4).sum();
-        self.recs.capacity() * size_of::<Rec>() + refs + tables + others + carriers + self.free.capacity() * 4
+        let recs = self.recs.capacity() * size_of::<Rec>();
+        recs + self.refs.footprint() + table + others + long + carriers + self.free.capacity() * 4
     }
 
     /// Every held document with its fields (`None`: rejected), in no
@@ -446,8 +563,8 @@ mod tests {
     }
 
     #[test]
-    fn a_record_is_40_bytes() {
-        assert_eq!(std::mem::size_of::<Rec>(), 40);
+    fn a_record_is_28_bytes() {
+        assert_eq!(std::mem::size_of::<Rec>(), 28);
     }
 
     #[test]
@@ -469,6 +586,56 @@ mod tests {
         assert_eq!(v.remove(&IdKey::Oid(oid.bytes())), None);
         assert_eq!((v.owner(wid.as_ref()), v.carriers(wid.as_ref()), v.len()), (Some(b), vec![b], 1));
         assert_eq!(v.written_ids(), vec![(wid, vec![key])]);
+    }
+
+    #[test]
+    fn an_id_carried_first_by_a_string_then_by_its_object_id_keeps_arrival_order() {
+        let mut v = Videos::default();
+        let oid = mongodb::bson::oid::ObjectId::new();
+        let hex = oid.to_hex();
+        let wid = Wid::new(&hex);
+        let (key, raw, w) = other(&hex);
+        let s = v.put(key.clone(), raw, w, fields(1, &[1], &[]));
+        assert_eq!((v.owner(wid.as_ref()), v.owners().collect::<Vec<_>>()), (Some(s), vec![s]));
+        let o = v.put(IdKey::Oid(oid.bytes()), Bson::ObjectId(oid), Some(wid.clone()), fields(2, &[2], &[]));
+        assert_eq!((v.owner(wid.as_ref()), v.carriers(wid.as_ref())), (Some(s), vec![s, o]));
+        assert_eq!(v.owners().collect::<Vec<_>>(), vec![s]);
+        v.remove(&key);
+        assert_eq!((v.owner(wid.as_ref()), v.carriers(wid.as_ref())), (Some(o), vec![o]));
+        assert_eq!(v.owners().collect::<Vec<_>>(), vec![o]);
+        v.commit();
+        // Back again: last now.
+        let (key, raw, w) = other(&hex);
+        let s = v.put(key, raw, w, None);
+        assert_eq!(v.carriers(wid.as_ref()), vec![o, s]);
+    }
+
+    #[test]
+    fn references_beyond_a_records_counts_are_kept_aside_and_undone() {
+        let mut v = Videos::default();
+        let tags: Vec<Sym> = (0..300).collect();
+        let (key, raw, w) = other("long");
+        let h = v.put(key.clone(), raw.clone(), w.clone(), fields(7, &[1, 2], &tags));
+        assert_eq!(v.doc(h).map(|d| (d.cats.to_vec(), d.tags.len())), Some((vec![1, 2], 300)));
+        v.commit();
+        let saved = v.save(&key);
+        let wid = w.clone().expect("written");
+        let owners = vec![(wid.clone(), v.carriers(wid.as_ref()))];
+        // A batch shortens them into a span, then is taken back.
+        v.put(key.clone(), raw.clone(), w.clone(), fields(8, &[3], &[4]));
+        assert_eq!(v.doc(h).map(|d| (d.cats.to_vec(), d.tags.to_vec())), Some((vec![3], vec![4])));
+        v.undo(vec![(key.clone(), saved)], owners);
+        assert_eq!(v.doc(h).map(|d| (d.added_ms, d.tags.len())), Some((7, 300)));
+        assert_eq!((v.refs.held(), v.owner(wid.as_ref())), (0, Some(h)));
+    }
+
+    #[test]
+    fn added_time_survives_its_two_halves() {
+        let mut rec = dead();
+        for ms in [0, -1, i64::MIN, i64::MAX, 1_767_225_600_000, -62_135_596_800_000] {
+            rec.set_added_ms(ms);
+            assert_eq!(rec.added_ms(), ms);
+        }
     }
 
     #[test]

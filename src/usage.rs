@@ -57,6 +57,18 @@ pub fn return_freed_memory_promptly() {
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) }
 }
 
+/// Gives back to the system what the calling thread and every rayon
+/// worker freed and still keep in their allocator pages. A worker that
+/// goes idle after a burst (the watcher's load decodes on them) keeps its
+/// free pages committed until it allocates again; the load calls this
+/// once at its end.
+pub fn collect_freed_memory() {
+    // SAFETY: mi_collect only walks the calling thread's own heap.
+    let collect = || unsafe { libmimalloc_sys::mi_collect(true) };
+    rayon::broadcast(|_| collect());
+    collect();
+}
+
 /// Raises the soft open-file limit to the hard one, so the HTTP
 /// connection limit, not the descriptor table, decides how many clients
 /// `serve` holds. Leaves the limit alone when it cannot be read.

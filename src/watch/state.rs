@@ -424,6 +424,7 @@ impl State {
         self.videos.commit();
         let effective = self.videos.owners().filter(|&h| self.videos.doc(h).is_some_and(|d| d.active));
         self.members = Members::build(&self.videos, effective);
+        crate::usage::collect_freed_memory();
     }
 
     /// The scopes' members, as planning reads them.

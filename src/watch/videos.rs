@@ -291,7 +291,7 @@ impl Videos {
     }
 
     /// Every written id's owner, in slot order.
-    pub fn owners(&self) -> impl Iterator<Item = Handle> + '_ {
+    pub fn owners(&self) -> impl Iterator<Item = Handle> + Clone + '_ {
         (0..self.recs.len() as Handle).filter(move |&h| {
             let rec = &self.recs[h as usize];
             if rec.flags & LIVE == 0 {

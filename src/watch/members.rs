@@ -191,6 +191,27 @@ impl<'a> Scoped<'a> {
         self.ranks(sym.and_then(|s| self.members.by_tag.get(&s)))
     }
 
+    /// The members of tag `tag` that are members of category `cat` too,
+    /// newest first, each with its `addedTime`: a tag's list. A member
+    /// of any scope is an effective video, filed under every category it
+    /// references, so its own references answer without a search of
+    /// the category by rank.
+    pub fn ranked_of_tag_in_category(
+        &self,
+        tag: Option<Sym>,
+        cat: Option<Sym>,
+    ) -> impl Iterator<Item = (i64, WidRef<'a>)> + use<'a> {
+        let videos = self.videos;
+        let handles = match cat {
+            Some(_) => tag.and_then(|s| self.members.by_tag.get(&s)).map_or(&[][..], |o| &o.0[..]),
+            None => &[],
+        };
+        handles
+            .iter()
+            .filter(move |&&h| videos.doc(h).is_some_and(|d| cat.is_some_and(|c| d.cats.contains(&c))))
+            .map(move |&h| videos.rank(h))
+    }
+
     /// How many active videos reference category `sym`.
     pub fn count_of_category(&self, sym: Option<Sym>) -> usize {
         sym.and_then(|s| self.members.by_category.get(&s)).map_or(0, |o| o.0.len())
@@ -345,7 +366,7 @@ mod tests {
     /// A tag list's size by handle equals the count by rank lookup, for
     /// tags whose members lie in several categories.
     #[test]
-    fn a_tags_members_in_a_category_count_alike_by_handle_and_by_rank() {
+    fn a_tags_members_in_a_category_count_and_list_alike_by_handle_and_by_rank() {
         let mut s = Store::default();
         for i in 0..40i64 {
             let cats: &[Sym] = match i % 3 {
@@ -362,6 +383,9 @@ mod tests {
             for tag in [Some(T1), Some(T2), None] {
                 let by_rank = m.ranked_of_tag(tag).filter(|(added, w)| m.in_category(cat, *added, *w)).count();
                 assert_eq!(m.count_of_tag_among(tag, &sorted), by_rank, "{cat:?} {tag:?}");
+                let listed: Vec<_> = m.ranked_of_tag_in_category(tag, cat).collect();
+                let looked_up: Vec<_> = m.ranked_of_tag(tag).filter(|(a, w)| m.in_category(cat, *a, *w)).collect();
+                assert_eq!(listed, looked_up, "{cat:?} {tag:?}");
             }
         }
         assert_eq!(m.count_of_tag_among(Some(T2), &m.handles_of_category(Some(C1))), 14);

@@ -366,12 +366,10 @@ fn whole_tag(
     out: &mut Vec<Op>,
 ) {
     let members = state.members();
-    let ids: Vec<String> = members
-        .ranked_of_tag(state.syms.get(args[1]))
-        .inspect(|_| *visited += 1)
-        .filter(|(added, w)| members.in_category(owner, *added, *w))
-        .map(|(_, w)| w.text())
-        .collect();
+    let tag = state.syms.get(args[1]);
+    // Every member of the tag is read, listed or not.
+    *visited += members.ranked_of_tag(tag).size_hint().0;
+    let ids: Vec<String> = members.ranked_of_tag_in_category(tag, owner).map(|(_, w)| w.text()).collect();
     ctx.emit(out, FamilyId::VideoTagList, args, Value::List(ids));
 }
 

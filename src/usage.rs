@@ -60,8 +60,8 @@ pub fn return_freed_memory_promptly() {
 /// Gives back to the system what the calling thread and every rayon
 /// worker freed and still keep in their allocator pages. A worker that
 /// goes idle after a burst (the watcher's load decodes on them) keeps its
-/// free pages committed until it allocates again; the load calls this
-/// once at its end.
+/// free pages committed until it allocates again; the watcher's load
+/// calls this once at its end.
 pub fn collect_freed_memory() {
     // SAFETY: mi_collect only walks the calling thread's own heap.
     let collect = || unsafe { libmimalloc_sys::mi_collect(true) };

@@ -24,9 +24,10 @@ const PAGE_BITS: u32 = 16;
 const PAGE: usize = 1 << PAGE_BITS;
 const IN_PAGE: u32 = (PAGE as u32) - 1;
 
-/// The longest span: longer lists of references are kept aside by the
-/// store. A span never crosses a page.
-pub const MAX_SPAN: usize = 512;
+/// The longest span: a record counts up to 255 categories and 255 tags
+/// (longer lists are kept aside by the store). A span never crosses a
+/// page.
+const MAX_SPAN: usize = 2 * u8::MAX as usize;
 
 /// A span: its offset and its length.
 type Span = (u32, u16);

@@ -54,6 +54,9 @@ pub(super) async fn load_state(source: &Source, mongo: &MongoSettings) -> Result
     let mut state = filed?;
     tokio::task::spawn_blocking(move || {
         state.finish_load();
+        // The decoding ran on rayon workers that now go idle with the
+        // pages it freed: hand those back before the watcher settles.
+        crate::usage::collect_freed_memory();
         state
     })
     .await

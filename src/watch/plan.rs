@@ -368,7 +368,7 @@ fn whole_tag(
     let members = state.members();
     let tag = state.syms.get(args[1]);
     // Every member of the tag is read, listed or not.
-    *visited += members.ranked_of_tag(tag).size_hint().0;
+    *visited += members.count_of_tag(tag);
     let ids: Vec<String> = members.ranked_of_tag_in_category(tag, owner).map(|(_, w)| w.text()).collect();
     ctx.emit(out, FamilyId::VideoTagList, args, Value::List(ids));
 }

@@ -16,7 +16,7 @@
 //! document back under its old handle and the scopes' handles stay valid
 //! (see [`Videos::undo`]).
 
-use super::arena::{Arena, MAX_SPAN};
+use super::arena::Arena;
 use super::model::IdKey;
 use crate::model::compact::{Sym, Wid, WidRef};
 use hashbrown::HashTable;
@@ -324,7 +324,7 @@ impl Videos {
             rec.flags |= VALID | if f.active { ACTIVE } else { 0 };
             rec.set_added_ms(f.added_ms);
             match (u8::try_from(f.cats.len()), u8::try_from(f.tags.len())) {
-                (Ok(cats), Ok(tags)) if f.cats.len() + f.tags.len() <= MAX_SPAN => {
+                (Ok(cats), Ok(tags)) => {
                     let refs: Vec<Sym> = f.cats.into_iter().chain(f.tags).collect();
                     (rec.refs, rec.cats, rec.tags) = (self.refs.put(&refs), cats, tags);
                 }
@@ -411,11 +411,13 @@ impl Videos {
             }
             return;
         }
-        let before = match w.as_ref() {
-            WidRef::Hex(bytes) => self.find_ref(KeyRef::Oid(bytes)).filter(|&x| x != h),
+        // Without a list the id has at most one carrier besides `h`: the
+        // document whose ObjectId it is, or one kept aside.
+        let by_oid = match w.as_ref() {
+            WidRef::Hex(bytes) => self.find_ref(KeyRef::Oid(bytes)),
             WidRef::Text(_) => None,
         };
-        match before.or_else(|| self.other_owner.get(&w).copied().filter(|&x| x != h)) {
+        match [by_oid, self.other_owner.get(&w).copied()].into_iter().flatten().find(|&x| x != h) {
             Some(first) => {
                 self.other_owner.remove(&w);
                 self.carriers.insert(w, vec![first, h]);

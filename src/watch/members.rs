@@ -191,31 +191,20 @@ impl<'a> Scoped<'a> {
         self.ranks(sym.and_then(|s| self.members.by_tag.get(&s)))
     }
 
-    /// The handles of tag `tag`'s members that are members of category
-    /// `cat` too: a tag's list. A member of any scope is an effective
-    /// video, filed under every category it references, so its own
-    /// references answer, without a search of the category by rank.
-    fn of_tag_in_category(&self, tag: Option<Sym>, cat: Option<Sym>) -> impl Iterator<Item = Handle> + use<'a> {
-        let videos = self.videos;
-        let scope = cat.and(tag).and_then(|s| self.members.by_tag.get(&s));
-        let in_cat = move |h: Handle| videos.doc(h).is_some_and(|d| cat.is_some_and(|c| d.cats.contains(&c)));
-        scope.map_or(&[][..], |o| &o.0[..]).iter().copied().filter(move |&h| in_cat(h))
-    }
-
-    /// Tag `tag`'s list in category `cat`, newest first, each member with
-    /// its `addedTime`.
+    /// Tag `tag`'s list in category `cat`: its members that are members
+    /// of the category too, newest first, each with its `addedTime`. A
+    /// member of any scope is an effective video, filed under every
+    /// category it references, so its own references answer, without a
+    /// search of the category by rank.
     pub fn ranked_of_tag_in_category(
         &self,
         tag: Option<Sym>,
         cat: Option<Sym>,
     ) -> impl Iterator<Item = (i64, WidRef<'a>)> + use<'a> {
         let videos = self.videos;
-        self.of_tag_in_category(tag, cat).map(move |h| videos.rank(h))
-    }
-
-    /// The size of tag `tag`'s list in category `cat`.
-    pub fn count_of_tag_in_category(&self, tag: Option<Sym>, cat: Option<Sym>) -> usize {
-        self.of_tag_in_category(tag, cat).count()
+        let scope = cat.and(tag).and_then(|s| self.members.by_tag.get(&s));
+        let in_cat = move |h: Handle| videos.doc(h).is_some_and(|d| cat.is_some_and(|c| d.cats.contains(&c)));
+        scope.map_or(&[][..], |o| &o.0[..]).iter().copied().filter(move |&h| in_cat(h)).map(move |h| videos.rank(h))
     }
 
     /// How many active videos reference tag `sym`.
@@ -226,6 +215,27 @@ impl<'a> Scoped<'a> {
     /// How many active videos reference category `sym`.
     pub fn count_of_category(&self, sym: Option<Sym>) -> usize {
         sym.and_then(|s| self.members.by_category.get(&s)).map_or(0, |o| o.0.len())
+    }
+
+    /// Category `sym`'s members as handles in handle order: what
+    /// [`Scoped::count_of_tag_among`] looks members up in.
+    pub fn handles_of_category(&self, sym: Option<Sym>) -> Vec<Handle> {
+        let mut handles = sym.and_then(|s| self.members.by_category.get(&s)).map_or_else(Vec::new, |o| o.0.clone());
+        handles.sort_unstable();
+        handles
+    }
+
+    /// How many of tag `sym`'s members are among `sorted` (a category's
+    /// handles, [`Scoped::handles_of_category`]): the size of the tag's
+    /// list in that category. A video is filed under one handle in every
+    /// scope, so handles compare without reading a record. Judging every
+    /// tag list's size after a catch-up counts this way: reading each
+    /// member's record instead ([`Scoped::ranked_of_tag_in_category`],
+    /// which a list needs anyway for the ids) took 0.9–1.2 s at 2M
+    /// videos where this takes 0.26–0.32 s.
+    pub fn count_of_tag_among(&self, sym: Option<Sym>, sorted: &[Handle]) -> usize {
+        let Some(scope) = sym.and_then(|s| self.members.by_tag.get(&s)) else { return 0 };
+        scope.0.iter().filter(|h| sorted.binary_search(h).is_ok()).count()
     }
 
     /// Where a video ranked `(added, written)` sits, or would, among
@@ -356,11 +366,11 @@ mod tests {
         assert_eq!(m.of_category(None).count(), 0);
     }
 
-    /// A tag list's size and members read off the members' own references
-    /// equal those found by rank lookup, for
+    /// A tag list's size counted by handle, and its members read off their
+    /// own references, equal those found by rank lookup, for
     /// tags whose members lie in several categories.
     #[test]
-    fn a_tags_members_in_a_category_count_and_list_alike_by_their_references_and_by_rank() {
+    fn a_tags_members_in_a_category_count_and_list_alike_by_handle_and_by_rank() {
         let mut s = Store::default();
         for i in 0..40i64 {
             let cats: &[Sym] = match i % 3 {
@@ -373,15 +383,16 @@ mod tests {
         }
         let m = s.view();
         for cat in [Some(C1), Some(C2), Some(C3), None] {
+            let sorted = m.handles_of_category(cat);
             for tag in [Some(T1), Some(T2), None] {
                 let by_rank = m.ranked_of_tag(tag).filter(|(added, w)| m.in_category(cat, *added, *w)).count();
-                assert_eq!(m.count_of_tag_in_category(tag, cat), by_rank, "{cat:?} {tag:?}");
+                assert_eq!(m.count_of_tag_among(tag, &sorted), by_rank, "{cat:?} {tag:?}");
                 let listed: Vec<_> = m.ranked_of_tag_in_category(tag, cat).collect();
                 let looked_up: Vec<_> = m.ranked_of_tag(tag).filter(|(a, w)| m.in_category(cat, *a, *w)).collect();
                 assert_eq!(listed, looked_up, "{cat:?} {tag:?}");
             }
         }
-        assert_eq!(m.count_of_tag_in_category(Some(T2), Some(C1)), 14);
+        assert_eq!(m.count_of_tag_among(Some(T2), &m.handles_of_category(Some(C1))), 14);
     }
 
     #[test]

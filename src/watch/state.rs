@@ -525,6 +525,8 @@ impl State {
     pub fn unknown_patchable(&self, keys: &Keys) -> Vec<(String, &'static str, usize)> {
         let catalog = &self.catalog;
         let mut out = Vec::new();
+        // Each category's handles, sorted once for all its tags' lists.
+        let mut handles: FxHashMap<Option<Sym>, Vec<Handle>> = FxHashMap::default();
         let tracked = self.existing.by_category.values().chain(self.existing.by_tag.values()).flatten();
         let mut seen = std::collections::HashSet::new();
         for key in tracked.filter(|k| !self.existing.held.contains_key(*k) && seen.insert(*k)) {
@@ -537,7 +539,12 @@ impl State {
                     .active_tag_index(tag)
                     .filter(|&t| catalog.tags[t].category_id == *cat)
                     .and_then(|_| catalog.active_category(cat))
-                    .map(|_| self.members().count_of_tag_in_category(self.syms.get(tag), self.syms.get(cat))),
+                    .map(|_| {
+                        let owner = self.syms.get(cat);
+                        let members = self.members();
+                        let sorted = handles.entry(owner).or_insert_with(|| members.handles_of_category(owner));
+                        members.count_of_tag_among(self.syms.get(tag), sorted)
+                    }),
                 _ => None,
             };
             let command = if family == FamilyId::VideoCategoryIndex { "ZCARD" } else { "LLEN" };

@@ -90,10 +90,8 @@ impl Keys {
     }
 
     /// A full key's family and placeholder values, if it has a family.
-    pub fn parse<'k>(&self, key: &'k str) -> Option<(FamilyId, Vec<&'k str>)> {
-        let rest = key.strip_prefix(&self.prefix)?;
-        let family = Registry::get().classify(rest)?;
-        Some((family, Registry::get().family(family).pattern.captures(rest)?))
+    pub fn parse<'k>(&self, key: &'k str) -> Option<(FamilyId, crate::registry::Args<'k>)> {
+        Registry::get().parse(key.strip_prefix(&self.prefix)?)
     }
 
     /// The prefix with glob metacharacters escaped, for SCAN MATCH.
@@ -128,7 +126,7 @@ mod tests {
             (FamilyId::ChannelAll, vec![]),
         ] {
             let key = keys.key(family, &args);
-            assert_eq!(keys.parse(&key.text), Some((family, args.clone())), "{key}");
+            assert_eq!(keys.parse(&key.text).map(|(f, a)| (f, a.to_vec())), Some((family, args.clone())), "{key}");
         }
         assert_eq!(keys.parse("app:video:tag:list:c1"), None);
         assert_eq!(keys.parse("other:channel:all"), None);

@@ -2,7 +2,7 @@
 //! stored fields) and the small index tuple every index family needs.
 
 use super::bson_json::{self, Lossy};
-use super::decode::{field, required_str};
+use super::decode::{Fields, field, required_str};
 use super::id::{IdValue, read_id};
 use super::json::{self, ObjectWriter};
 use super::num;
@@ -59,16 +59,17 @@ pub fn decode_video(
     refs: &mut RefReport,
     want_detail: bool,
 ) -> Result<VideoDoc, Rejection> {
-    required_str(doc, &id, "title")?;
-    let active = num::is_one(field(doc, &id, "listStatus")?);
-    let added_ms = match field(doc, &id, "addedTime")? {
+    let fields = Fields::read(doc);
+    required_str(&fields, &id, "title")?;
+    let active = num::is_one(field(&fields, &id, "listStatus")?);
+    let added_ms = match field(&fields, &id, "addedTime")? {
         Some(RawBsonRef::DateTime(dt)) => dt.timestamp_millis(),
         _ => 0,
     };
     if !active {
         return Ok(VideoDoc { id, active, added_ms, category_ids: vec![], tag_ids: vec![], detail: None });
     }
-    let has_category_ids = field(doc, &id, "categoryIds")?.is_some();
+    let has_category_ids = field(&fields, &id, "categoryIds")?.is_some();
     let mut category_ids = Vec::new();
     let mut tag_ids = Vec::new();
     let mut lossy = Lossy::default();
@@ -77,7 +78,7 @@ pub fn decode_video(
     let mut out = String::with_capacity(if want_detail { doc.as_bytes().len() + 64 } else { 0 });
     let mut obj = ObjectWriter::new(&mut out);
     obj.string("id", &id);
-    for element in doc {
+    for element in fields.iter() {
         let (key, value) = element.map_err(|_| malformed(&id))?;
         match (key, value) {
             ("_id" | "id", _) => {}

@@ -9,7 +9,7 @@ mod family;
 mod pattern;
 
 pub use family::{FamilyId, RedisType, Scope, Tier};
-pub use pattern::{Pattern, Segment, SegmentKind};
+pub use pattern::{Args, Parts, Pattern, Segment, SegmentKind};
 
 use serde::Deserialize;
 use std::sync::OnceLock;
@@ -200,7 +200,14 @@ impl Registry {
     /// Finds the family a key (with the data prefix already stripped)
     /// belongs to, if any. Keys of no family are never touched.
     pub fn classify(&self, rest: &str) -> Option<FamilyId> {
-        self.families.iter().find(|f| f.pattern.matches(rest)).map(|f| f.id)
+        self.parse(rest).map(|(family, _)| family)
+    }
+
+    /// A key's family (data prefix stripped) and its placeholder values,
+    /// from one split of the key.
+    pub fn parse<'k>(&self, rest: &'k str) -> Option<(FamilyId, Args<'k>)> {
+        let parts = Parts::split(rest)?;
+        self.families.iter().find_map(|f| Some((f.id, f.pattern.captures_parts(&parts)?)))
     }
 }
 

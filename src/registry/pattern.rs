@@ -4,6 +4,80 @@
 use crate::keys::segment;
 use std::fmt;
 
+/// The most segments, and placeholders, a pattern may have: a key is split
+/// once into a fixed array, and its values are returned in one, since the
+/// sweep and the watcher's load classify every key of the cache.
+pub const MAX_SEGMENTS: usize = 8;
+pub const MAX_PLACEHOLDERS: usize = 4;
+
+/// A key's `:`-separated parts (data prefix stripped), split once.
+#[derive(Debug, Clone, Copy)]
+pub struct Parts<'k> {
+    parts: [&'k str; MAX_SEGMENTS],
+    len: usize,
+}
+
+impl<'k> Parts<'k> {
+    /// `None` when the key has more parts than any pattern.
+    pub fn split(rest: &'k str) -> Option<Parts<'k>> {
+        let mut parts = [""; MAX_SEGMENTS];
+        let mut len = 0;
+        for part in rest.split(':') {
+            *parts.get_mut(len)? = part;
+            len += 1;
+        }
+        Some(Parts { parts, len })
+    }
+
+    fn as_slice(&self) -> &[&'k str] {
+        &self.parts[..self.len]
+    }
+}
+
+/// A key's placeholder values, in pattern order.
+#[derive(Clone, Copy)]
+pub struct Args<'k> {
+    values: [&'k str; MAX_PLACEHOLDERS],
+    len: usize,
+}
+
+impl<'k> Args<'k> {
+    pub fn as_slice(&self) -> &[&'k str] {
+        &self.values[..self.len]
+    }
+}
+
+impl<'k> IntoIterator for Args<'k> {
+    type Item = &'k str;
+    type IntoIter = std::iter::Take<std::array::IntoIter<&'k str, MAX_PLACEHOLDERS>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.values.into_iter().take(self.len)
+    }
+}
+
+impl<'k> std::ops::Deref for Args<'k> {
+    type Target = [&'k str];
+
+    fn deref(&self) -> &[&'k str] {
+        self.as_slice()
+    }
+}
+
+impl fmt::Debug for Args<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for Args<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Args<'_> {}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SegmentKind {
     /// An id (`^[0-9A-Za-z_-]{1,128}$`), written as is.
@@ -61,6 +135,12 @@ impl Pattern {
         if !matches!(segments.first(), Some(Segment::Literal(_))) {
             return Err(format!("pattern `{raw}` must start with a literal segment"));
         }
+        let placeholders = segments.iter().filter(|s| matches!(s, Segment::Placeholder { .. })).count();
+        if segments.len() > MAX_SEGMENTS || placeholders > MAX_PLACEHOLDERS {
+            return Err(format!(
+                "pattern `{raw}` has more than {MAX_SEGMENTS} segments or {MAX_PLACEHOLDERS} placeholders"
+            ));
+        }
         Ok(Pattern { raw: raw.to_string(), segments })
     }
 
@@ -81,28 +161,32 @@ impl Pattern {
 
     /// Whether a key, with the data prefix stripped, is of this pattern.
     pub fn matches(&self, rest: &str) -> bool {
-        let mut parts = rest.split(':');
-        for seg in &self.segments {
-            match parts.next() {
-                Some(part) if seg.accepts(part) => {}
-                _ => return false,
-            }
-        }
-        parts.next().is_none()
+        self.captures(rest).is_some()
     }
 
     /// The placeholder values of a key of this pattern (data prefix
     /// stripped), in order; `None` when it is not of this pattern.
-    pub fn captures<'k>(&self, rest: &'k str) -> Option<Vec<&'k str>> {
-        let mut parts = rest.split(':');
-        let mut values = Vec::new();
-        for seg in &self.segments {
-            let part = parts.next().filter(|p| seg.accepts(p))?;
+    pub fn captures<'k>(&self, rest: &'k str) -> Option<Args<'k>> {
+        self.captures_parts(&Parts::split(rest)?)
+    }
+
+    /// [`Pattern::captures`] of a key already split.
+    pub fn captures_parts<'k>(&self, parts: &Parts<'k>) -> Option<Args<'k>> {
+        let parts = parts.as_slice();
+        if parts.len() != self.segments.len() {
+            return None;
+        }
+        let mut args = Args { values: [""; MAX_PLACEHOLDERS], len: 0 };
+        for (seg, part) in self.segments.iter().zip(parts) {
+            if !seg.accepts(part) {
+                return None;
+            }
             if matches!(seg, Segment::Placeholder { .. }) {
-                values.push(part);
+                args.values[args.len] = part;
+                args.len += 1;
             }
         }
-        parts.next().is_none().then_some(values)
+        Some(args)
     }
 
     /// Whether some key could match both patterns.
@@ -152,6 +236,22 @@ mod tests {
         assert!(Pattern::parse("{xId}:a").is_err());
         assert!(Pattern::parse("a:{what}").is_err());
         assert!(Pattern::parse("a:b*").is_err());
+        assert!(Pattern::parse("a:b:c:d:e:f:g:h:i").is_err(), "more segments than a key is split into");
+        assert!(Pattern::parse("a:{aId}:{bId}:{cId}:{dId}:{eId}").is_err(), "more values than captures hold");
+    }
+
+    #[test]
+    fn captures_take_the_values_in_order_from_one_split() {
+        let p = Pattern::parse("video:tag:list:{categoryId}:{tagId}").unwrap();
+        assert_eq!(p.captures("video:tag:list:c1:t2").unwrap().as_slice(), ["c1", "t2"]);
+        assert_eq!(p.captures("video:tag:list:c1:t2").unwrap().into_iter().collect::<Vec<_>>(), ["c1", "t2"]);
+        for other in ["video:tag:list:c1", "video:tag:list:c1:t2:x", "video:tag:lists:c1:t2", "video:tag:list:c 1:t2"] {
+            assert!(p.captures(other).is_none(), "{other}");
+            assert!(!p.matches(other), "{other}");
+        }
+        // Keys of more parts than any pattern has are of no pattern.
+        assert!(Parts::split("a:b:c:d:e:f:g:h").is_some());
+        assert!(Parts::split("a:b:c:d:e:f:g:h:i").is_none());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use super::bson_json::{self, Lossy};
 use super::id::{IdValue, read_id};
 use super::num::{self, Num};
 use super::report::{CollectionReport, Reason, RefReport, Rejection};
-use mongodb::bson::{RawBsonRef, RawDocument, RawDocumentBuf, raw::RawElement};
+use mongodb::bson::{RawBsonRef, RawDocument, raw::RawElement};
 use rustc_hash::FxHashSet as HashSet;
 
 /// An element of a channel's `categories` or `tags`, reduced to `id` and
@@ -328,50 +328,6 @@ impl Intake {
         }
     }
 
-    /// [`Intake::accept`] of every document, in their order, with the
-    /// decoding done in parallel (rayon) and the claiming after it: a
-    /// repeat is decoded for nothing, but what is kept, rejected and
-    /// counted is what `accept` one by one gives. The watcher decodes its
-    /// whole catalogue again after each catalogue change, on its batch's
-    /// path.
-    pub fn accept_all<T: Send>(
-        &mut self,
-        docs: &[&RawDocumentBuf],
-        decode: impl Fn(&RawDocument, String, &mut RefReport) -> Result<T, Rejection> + Sync,
-    ) -> Vec<T> {
-        use rayon::prelude::*;
-        let decoded: Vec<_> = docs
-            .par_iter()
-            .map(|doc| {
-                let mut refs = RefReport::default();
-                let id = doc_id(doc);
-                let item = id.as_ref().ok().map(|id| decode(doc, id.clone(), &mut refs));
-                (id, item, refs)
-            })
-            .collect();
-        let mut kept = Vec::with_capacity(decoded.len());
-        for (id, item, refs) in decoded {
-            self.report.read += 1;
-            let result = id.and_then(|id| match item {
-                Some(item) if self.seen.insert(id.clone()) => {
-                    // `accept` counts into the report as it decodes, so what
-                    // a document counted stays even when it is rejected.
-                    self.refs.merge(&refs);
-                    item
-                }
-                _ => Err(Rejection { id, reason: Reason::DuplicateId }),
-            });
-            match result {
-                Ok(item) => kept.push(item),
-                Err(rejection) => {
-                    tracing::debug!(id = %rejection.id, reason = %rejection.reason, "document rejected");
-                    self.report.reject(rejection);
-                }
-            }
-        }
-        kept
-    }
-
     /// Claims and decodes one document, recording a rejection.
     pub fn accept<T>(
         &mut self,
@@ -488,35 +444,6 @@ mod tests {
         assert_eq!(ch.extras[0], ("videoCdn", Some("\"\"".into())));
         assert_eq!(ch.extras[2], ("clientName", None));
         assert_eq!(ch.extras[4], ("remark", None));
-    }
-
-    /// Decoding in parallel keeps, rejects and counts what claiming and
-    /// decoding one by one does: repeats (an ObjectId and its hex string),
-    /// bad and missing ids, rejected fields, unusable references.
-    #[test]
-    fn accepting_all_at_once_matches_one_by_one() {
-        let oid = ObjectId::parse_str("65a1b2c3d4e5f6a7b8c9d0e1").unwrap();
-        let docs: Vec<RawDocumentBuf> = [
-            doc! { "_id": oid, "name": "a", "landingUrl": "", "categories": [ { "id": "bad id" }, { "id": "c1" } ] },
-            doc! { "_id": "65a1b2c3d4e5f6a7b8c9d0e1", "name": "dup", "landingUrl": "", "tags": ["x"] },
-            doc! { "_id": "bad id", "name": "x", "landingUrl": "" },
-            doc! { "_id": "ch2", "landingUrl": "", "categories": [ 5_i32 ] },
-            doc! { "_id": "ch2", "name": "second", "landingUrl": "" },
-            doc! { "name": "no id", "landingUrl": "" },
-            doc! { "_id": "ch3", "name": "b", "landingUrl": "u", "tags": [ { "id": "t1", "name": 1_i32 }, "t2" ] },
-        ]
-        .into_iter()
-        .map(raw)
-        .collect();
-        let mut one = Intake::default();
-        let kept_one: Vec<Channel> = docs.iter().filter_map(|d| one.accept(d, decode_channel)).collect();
-        let mut all = Intake::default();
-        let kept_all = all.accept_all(&docs.iter().collect::<Vec<_>>(), decode_channel);
-        assert_eq!(kept_one, kept_all);
-        assert_eq!(one.report, all.report);
-        assert_eq!(one.refs, all.refs);
-        assert_eq!(kept_all.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["65a1b2c3d4e5f6a7b8c9d0e1", "ch3"]);
-        assert_eq!(all.report.rejected_total(), 5);
     }
 
     #[test]

@@ -10,7 +10,6 @@ use crate::model::decode::{Category, Tag};
 use crate::model::json::{self, ObjectWriter};
 use crate::model::report::RefReport;
 use crate::registry::FamilyId;
-use rayon::prelude::*;
 
 pub const SITE_TAG_CATEGORY: &str = "Tag.categoryId";
 
@@ -45,9 +44,9 @@ impl Derived {
                 None => refs.dangling(SITE_TAG_CATEGORY, 1),
             }
         }
-        let tag_json: Vec<Option<String>> = tags.par_iter().map(|t| t.active.then(|| tag_payload(t))).collect();
+        let tag_json: Vec<Option<String>> = tags.iter().map(|t| t.active.then(|| tag_payload(t))).collect();
         let category_json = cats
-            .par_iter()
+            .iter()
             .enumerate()
             .map(|(i, c)| {
                 c.active.then(|| {

@@ -23,12 +23,10 @@ pub fn decode_catalog<'a>(
 ) -> (Catalog, [(String, CollectionReport); 3], RefReport) {
     let mut refs = RefReport::default();
     let (mut ch_in, mut cat_in, mut tag_in) = (Intake::default(), Intake::default(), Intake::default());
-    let (channels, categories, tags): (Vec<_>, Vec<_>, Vec<_>) =
-        (channels.into_iter().collect(), categories.into_iter().collect(), tags.into_iter().collect());
     let catalog = Catalog::new(
-        ch_in.accept_all(&channels, decode::decode_channel),
-        cat_in.accept_all(&categories, decode::decode_category),
-        tag_in.accept_all(&tags, decode::decode_tag),
+        channels.into_iter().filter_map(|d| ch_in.accept(d, decode::decode_channel)).collect(),
+        categories.into_iter().filter_map(|d| cat_in.accept(d, decode::decode_category)).collect(),
+        tags.into_iter().filter_map(|d| tag_in.accept(d, decode::decode_tag)).collect(),
     );
     for intake in [&ch_in, &cat_in, &tag_in] {
         refs.merge(&intake.refs);

@@ -278,29 +278,12 @@ impl PlanCtx {
 /// Plans every catalogue family (channel, category and tag keys that do
 /// not depend on videos).
 pub fn plan_catalog(catalog: &Catalog, ctx: &PlanCtx) -> (Vec<Op>, RefReport) {
+    let mut out = Vec::new();
     let mut refs = RefReport::default();
     let derived = category::Derived::new(catalog, &mut refs);
-    // The three groups share only `derived`; planning them side by side
-    // shortens the watcher's batches that carry a catalogue change. The
-    // ops keep the order of planning them one after the other.
-    let ((mut out, channel_refs), (category_ops, tag_ops)) = rayon::join(
-        || {
-            let (mut out, mut refs) = (Vec::new(), RefReport::default());
-            channel::plan(catalog, &derived, ctx, &mut out, &mut refs);
-            (out, refs)
-        },
-        || {
-            let group = |plan: fn(&Catalog, &category::Derived, &PlanCtx, &mut Vec<Op>)| {
-                let mut out = Vec::new();
-                plan(catalog, &derived, ctx, &mut out);
-                out
-            };
-            rayon::join(|| group(category::plan), || group(tag::plan))
-        },
-    );
-    refs.merge(&channel_refs);
-    out.extend(category_ops);
-    out.extend(tag_ops);
+    channel::plan(catalog, &derived, ctx, &mut out, &mut refs);
+    category::plan(catalog, &derived, ctx, &mut out);
+    tag::plan(catalog, &derived, ctx, &mut out);
     (out, refs)
 }
 

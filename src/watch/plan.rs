@@ -572,11 +572,8 @@ fn plan_catalog_diff(state: &State, ctx: &PlanCtx, out: &mut BatchPlan) {
     let ctx = PlanCtx { families: catalog_families, ..ctx.clone() };
     let (ops, _) = plan::plan_catalog(&state.catalog, &ctx);
     let mut planned: HashSet<String> = HashSet::with_capacity(ops.len());
-    let digests: Vec<u128> = {
-        use rayon::prelude::*;
-        ops.par_iter().map(|op| digest(&op.value)).collect()
-    };
-    for (op, d) in ops.into_iter().zip(digests) {
+    for op in ops {
+        let d = digest(&op.value);
         planned.insert(op.key.text.clone());
         if state.existing.digest(&op.key.text) != Some(d) {
             out.record.written.push((op.key.text.clone(), Some(Held { digest: Some(d), size: op.value.elements() })));

@@ -9,7 +9,8 @@ mod family;
 mod pattern;
 
 pub use family::{FamilyId, RedisType, Scope, Tier};
-pub use pattern::{Args, Parts, Pattern, Segment, SegmentKind};
+use pattern::Parts;
+pub use pattern::{Args, Pattern, Segment, SegmentKind};
 
 use serde::Deserialize;
 use std::sync::OnceLock;

@@ -34,8 +34,9 @@ impl<'k> Parts<'k> {
     }
 }
 
-/// A key's placeholder values, in pattern order.
-#[derive(Clone, Copy)]
+/// A key's placeholder values, in pattern order. The slots past `len`
+/// are always empty, so the derived equality is the values' equality.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Args<'k> {
     values: [&'k str; MAX_PLACEHOLDERS],
     len: usize,
@@ -69,14 +70,6 @@ impl fmt::Debug for Args<'_> {
         f.debug_list().entries(self.iter()).finish()
     }
 }
-
-impl PartialEq for Args<'_> {
-    fn eq(&self, other: &Self) -> bool {
-        **self == **other
-    }
-}
-
-impl Eq for Args<'_> {}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SegmentKind {
@@ -157,11 +150,6 @@ impl Pattern {
             Segment::Placeholder { name, kind } => Some((name.as_str(), *kind)),
             Segment::Literal(_) => None,
         })
-    }
-
-    /// Whether a key, with the data prefix stripped, is of this pattern.
-    pub fn matches(&self, rest: &str) -> bool {
-        self.captures(rest).is_some()
     }
 
     /// The placeholder values of a key of this pattern (data prefix
@@ -247,7 +235,6 @@ mod tests {
         assert_eq!(p.captures("video:tag:list:c1:t2").unwrap().into_iter().collect::<Vec<_>>(), ["c1", "t2"]);
         for other in ["video:tag:list:c1", "video:tag:list:c1:t2:x", "video:tag:lists:c1:t2", "video:tag:list:c 1:t2"] {
             assert!(p.captures(other).is_none(), "{other}");
-            assert!(!p.matches(other), "{other}");
         }
         // Keys of more parts than any pattern has are of no pattern.
         assert!(Parts::split("a:b:c:d:e:f:g:h").is_some());

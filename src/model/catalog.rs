@@ -19,6 +19,26 @@ impl Catalog {
         Catalog { channels, categories, tags, category_by_id, tag_by_id }
     }
 
+    /// The category with this id, active or not.
+    pub fn category(&self, id: &str) -> Option<&Category> {
+        self.category_by_id.get(id).map(|&i| &self.categories[i])
+    }
+
+    /// Where the category with this id is, active or not.
+    pub fn category_index(&self, id: &str) -> Option<usize> {
+        self.category_by_id.get(id).copied()
+    }
+
+    /// Where the tag with this id is, active or not.
+    pub fn tag_index(&self, id: &str) -> Option<usize> {
+        self.tag_by_id.get(id).copied()
+    }
+
+    /// The tag with this id, active or not.
+    pub fn tag(&self, id: &str) -> Option<&Tag> {
+        self.tag_by_id.get(id).map(|&i| &self.tags[i])
+    }
+
     /// The active category with this id; `None` when missing, rejected or
     /// inactive.
     pub fn active_category(&self, id: &str) -> Option<&Category> {

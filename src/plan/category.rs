@@ -4,17 +4,18 @@
 
 use super::order::by_seq;
 use super::text::js_lower;
-use super::{Op, PlanCtx, Value};
+use super::{CatalogScope, Op, PlanCtx, Value};
 use crate::model::catalog::Catalog;
 use crate::model::decode::{Category, Tag};
 use crate::model::json::{self, ObjectWriter};
 use crate::model::report::RefReport;
 use crate::registry::FamilyId;
+use std::collections::BTreeSet;
 
 pub const SITE_TAG_CATEGORY: &str = "Tag.categoryId";
 
 /// Values several families share, computed once per plan.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Derived {
     /// Active categories by seq (indices into `catalog.categories`).
     pub active_categories: Vec<usize>,
@@ -56,6 +57,81 @@ impl Derived {
             })
             .collect();
         Derived { active_categories, tags_of, active_tags, category_json, tag_json }
+    }
+}
+
+impl Derived {
+    /// The values for `catalog` from these, computed for `before`, when
+    /// the two hold the same entities at the same places (a batch that
+    /// edited catalogue documents in place): only the named tags and
+    /// categories, and the categories those tags left or joined, are
+    /// computed again. `None` when the catalogues are not so aligned.
+    /// Dangling references are not counted (only a whole plan counts them).
+    pub fn update(
+        mut self,
+        before: &Catalog,
+        catalog: &Catalog,
+        tag_ids: &BTreeSet<String>,
+        category_ids: &BTreeSet<String>,
+    ) -> Option<Derived> {
+        let (cats, tags) = (&catalog.categories, &catalog.tags);
+        let same_cats = before.categories.iter().map(|x| &x.id).eq(cats.iter().map(|x| &x.id));
+        if !same_cats || !before.tags.iter().map(|x| &x.id).eq(tags.iter().map(|x| &x.id)) {
+            return None;
+        }
+        let changed_tags: BTreeSet<usize> = tag_ids.iter().filter_map(|id| catalog.tag_index(id)).collect();
+        let mut changed_cats: BTreeSet<usize> =
+            category_ids.iter().filter_map(|id| catalog.category_index(id)).collect();
+        for &t in &changed_tags {
+            for owner in [&before.tags[t].category_id, &tags[t].category_id] {
+                changed_cats.extend(catalog.category_index(owner));
+            }
+        }
+        reorder(
+            &mut self.active_tags,
+            &changed_tags,
+            |t| tags[t].active,
+            |a, b| by_seq(tag_key(&tags[a]), tag_key(&tags[b])),
+        );
+        reorder(
+            &mut self.active_categories,
+            &changed_cats,
+            |c| cats[c].active,
+            |a, b| by_seq(seq_key(&cats[a]), seq_key(&cats[b])),
+        );
+        for &t in &changed_tags {
+            self.tag_json[t] = tags[t].active.then(|| tag_payload(&tags[t]));
+        }
+        for &c in &changed_cats {
+            let own: Vec<usize> = match cats[c].active {
+                true => (self.active_tags.iter().copied())
+                    .filter(|&t| catalog.active_category_index(&tags[t].category_id) == Some(c))
+                    .collect(),
+                false => Vec::new(),
+            };
+            let own_tags: Vec<&Tag> = own.iter().map(|&t| &tags[t]).collect();
+            self.category_json[c] = cats[c].active.then(|| category_payload(&cats[c], &own_tags, None));
+            self.tags_of[c] = own;
+        }
+        Some(self)
+    }
+}
+
+/// Takes the `changed` entities out of an order and puts back the active
+/// ones where `cmp` places them (a total order: ids are distinct).
+fn reorder(
+    order: &mut Vec<usize>,
+    changed: &BTreeSet<usize>,
+    active: impl Fn(usize) -> bool,
+    cmp: impl Fn(usize, usize) -> std::cmp::Ordering,
+) {
+    if changed.is_empty() {
+        return;
+    }
+    order.retain(|i| !changed.contains(i));
+    for &i in changed.iter().filter(|&&i| active(i)) {
+        let at = order.partition_point(|&x| cmp(x, i) == std::cmp::Ordering::Less);
+        order.insert(at, i);
     }
 }
 
@@ -119,7 +195,7 @@ pub fn category_payload(cat: &Category, tags: &[&Tag], full_tags: Option<&[&str]
     out
 }
 
-pub fn plan(catalog: &Catalog, derived: &Derived, ctx: &PlanCtx, out: &mut Vec<Op>) {
+pub fn plan(catalog: &Catalog, derived: &Derived, ctx: &PlanCtx, scope: &CatalogScope, out: &mut Vec<Op>) {
     let mut all = String::from("[");
     for (n, &c) in derived.active_categories.iter().enumerate() {
         let cat = &catalog.categories[c];
@@ -128,6 +204,9 @@ pub fn plan(catalog: &Catalog, derived: &Derived, ctx: &PlanCtx, out: &mut Vec<O
             all.push(',');
         }
         all.push_str(payload);
+        if !scope.category(&cat.id) {
+            continue;
+        }
         ctx.emit(out, FamilyId::CategoryById, &[&cat.id], Value::String(payload.to_string()));
 
         let own: Vec<&Tag> = derived.tags_of[c].iter().map(|&t| &catalog.tags[t]).collect();
@@ -136,9 +215,13 @@ pub fn plan(catalog: &Catalog, derived: &Derived, ctx: &PlanCtx, out: &mut Vec<O
             let with_tags = category_payload(cat, &own, Some(&full));
             ctx.emit(out, FamilyId::CategoryWithTags, &[&cat.id], Value::String(with_tags));
         }
-        let flat: Vec<String> = own.iter().map(|t| js_lower(&t.name)).collect();
-        ctx.emit(out, FamilyId::CategoryTagnamesFlat, &[&cat.id], Value::String(flat.join(" ")));
+        if ctx.families.contains(FamilyId::CategoryTagnamesFlat) {
+            let flat: Vec<String> = own.iter().map(|t| js_lower(&t.name)).collect();
+            ctx.emit(out, FamilyId::CategoryTagnamesFlat, &[&cat.id], Value::String(flat.join(" ")));
+        }
     }
     all.push(']');
-    ctx.emit(out, FamilyId::CategoryAll, &[], Value::String(all));
+    if scope.aggregate(FamilyId::CategoryAll) {
+        ctx.emit(out, FamilyId::CategoryAll, &[], Value::String(all));
+    }
 }

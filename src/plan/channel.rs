@@ -3,7 +3,7 @@
 //! `channel:tags`.
 
 use super::category::Derived;
-use super::{Op, PlanCtx, Value};
+use super::{CatalogScope, Op, PlanCtx, Value};
 use crate::model::catalog::Catalog;
 use crate::model::decode::{Channel, RefItem};
 use crate::model::json::{self, ObjectWriter};
@@ -83,12 +83,28 @@ fn resolve(
     found
 }
 
-pub fn plan(catalog: &Catalog, derived: &Derived, ctx: &PlanCtx, out: &mut Vec<Op>, refs: &mut RefReport) {
+pub fn plan(
+    catalog: &Catalog,
+    derived: &Derived,
+    ctx: &PlanCtx,
+    scope: &CatalogScope,
+    out: &mut Vec<Op>,
+    refs: &mut RefReport,
+) {
     let mut order: Vec<&Channel> = catalog.channels.iter().collect();
     order.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()).then_with(|| a.id.cmp(&b.id)));
+    let with_all = scope.aggregate(FamilyId::ChannelAll) && ctx.families.contains(FamilyId::ChannelAll);
     let mut all = Vec::with_capacity(order.len());
     for ch in order {
+        let selected = scope.channel(&ch.id);
+        if !selected && !with_all {
+            continue;
+        }
         let own = channel_payload(ch, Embed::Own(&ch.categories), Embed::Own(&ch.tags));
+        if !selected {
+            all.push(own);
+            continue;
+        }
         let cats = resolve(&ch.categories, |id| catalog.active_category_index(id), SITE_CHANNEL_CATEGORIES, refs);
         let tags = resolve(&ch.tags, |id| catalog.active_tag_index(id), SITE_CHANNEL_TAGS, refs);
 
@@ -109,7 +125,9 @@ pub fn plan(catalog: &Catalog, derived: &Derived, ctx: &PlanCtx, out: &mut Vec<O
         ctx.emit(out, FamilyId::ChannelById, &[&ch.id], Value::String(own.clone()));
         all.push(own);
     }
-    let mut all_json = String::new();
-    json::write_raw_array(&mut all_json, all.iter().map(String::as_str));
-    ctx.emit(out, FamilyId::ChannelAll, &[], Value::String(all_json));
+    if with_all {
+        let mut all_json = String::new();
+        json::write_raw_array(&mut all_json, all.iter().map(String::as_str));
+        ctx.emit(out, FamilyId::ChannelAll, &[], Value::String(all_json));
+    }
 }

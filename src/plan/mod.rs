@@ -13,11 +13,13 @@ pub mod decode;
 pub mod index;
 pub mod order;
 pub mod patch;
+pub mod scope;
 pub mod tag;
 pub mod text;
 pub mod video;
 
 pub use decode::{PlannedRun, decode_catalog, plan_in_memory};
+pub use scope::{CatalogArg, CatalogKeys, CatalogScope};
 
 use crate::keys::{Key, Keys};
 use crate::model::catalog::Catalog;
@@ -278,13 +280,33 @@ impl PlanCtx {
 /// Plans every catalogue family (channel, category and tag keys that do
 /// not depend on videos).
 pub fn plan_catalog(catalog: &Catalog, ctx: &PlanCtx) -> (Vec<Op>, RefReport) {
-    let mut out = Vec::new();
+    plan_catalog_in(catalog, ctx, &CatalogScope::All)
+}
+
+/// Plans the catalogue keys `scope` covers, each exactly as
+/// [`plan_catalog`] does. The dangling references counted are those of
+/// what was planned.
+pub fn plan_catalog_in(catalog: &Catalog, ctx: &PlanCtx, scope: &CatalogScope) -> (Vec<Op>, RefReport) {
     let mut refs = RefReport::default();
     let derived = category::Derived::new(catalog, &mut refs);
-    channel::plan(catalog, &derived, ctx, &mut out, &mut refs);
-    category::plan(catalog, &derived, ctx, &mut out);
-    tag::plan(catalog, &derived, ctx, &mut out);
+    let out = plan_catalog_with(catalog, &derived, ctx, scope, &mut refs);
     (out, refs)
+}
+
+/// [`plan_catalog_in`] with the shared values already computed (the
+/// watcher keeps them between batches: see [`category::Derived::update`]).
+pub fn plan_catalog_with(
+    catalog: &Catalog,
+    derived: &category::Derived,
+    ctx: &PlanCtx,
+    scope: &CatalogScope,
+    refs: &mut RefReport,
+) -> Vec<Op> {
+    let mut out = Vec::new();
+    channel::plan(catalog, derived, ctx, scope, &mut out, refs);
+    category::plan(catalog, derived, ctx, scope, &mut out);
+    tag::plan(catalog, derived, ctx, scope, &mut out);
+    out
 }
 
 #[cfg(test)]

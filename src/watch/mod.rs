@@ -24,6 +24,7 @@
 
 mod arena;
 mod batch;
+pub mod catalog;
 pub mod deferred;
 pub mod delta;
 pub mod drift;
@@ -250,6 +251,9 @@ pub async fn run_fenced(
                 kept.dirty.extend(&state::Scopes::from_members(sink.members(&status.cdc_pending()).await?));
                 kept.deferred.extend(sink.members(&status.cdc_deferred()).await?);
                 kept.catching_up = true;
+                // The job may have rewritten catalogue keys this state
+                // knows: the next catalogue change checks all of them.
+                kept.catalog_unsure = true;
                 catch_up = CatchUp::until(source.cluster_time().await?);
                 tracing::info!(videos = kept.video_count(), "watcher state kept; streaming from its tokens");
                 metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);

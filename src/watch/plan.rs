@@ -15,7 +15,7 @@ use crate::model::compact::{Sym, WidRef};
 use crate::model::report::RefReport;
 use crate::plan::patch::Patch;
 use crate::plan::video::{Member, Selection, distinct, plan_selected, resolve};
-use crate::plan::{self, Change, FamilySet, Op, PlanCtx, Value};
+use crate::plan::{self, Change, Op, PlanCtx, Value};
 use crate::registry::{FamilyId, HomeSectionKind};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -87,9 +87,6 @@ fn index_fields(detail: Option<&str>) -> Option<[serde_json::Value; 3]> {
     Some([v["categoryIds"].clone(), v["tagIds"].clone(), v["addedTime"].clone()])
 }
 
-/// Active categories; active tags' owners; channels' category references.
-type Shape<'c> = (HashSet<&'c str>, HashMap<&'c str, &'c str>, HashMap<&'c str, Vec<&'c str>>);
-
 /// The `categoryIds` and `tagIds` of a detail payload.
 fn detail_refs(detail: Option<&str>) -> (Vec<String>, Vec<String>) {
     let Some(v) = detail.and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok()) else {
@@ -98,17 +95,6 @@ fn detail_refs(detail: Option<&str>) -> (Vec<String>, Vec<String>) {
     let ids =
         |field: &str| v[field].as_array().into_iter().flatten().filter_map(|c| c.as_str().map(String::from)).collect();
     (ids("categoryIds"), ids("tagIds"))
-}
-
-/// What index families depend on in the catalogue, per category, tag and
-/// channel id: whether a category is active, a tag's owner when active,
-/// a channel's category references.
-fn catalog_shape(c: &Catalog) -> Shape<'_> {
-    let cats = c.categories.iter().filter(|x| x.active).map(|x| x.id.as_str()).collect();
-    let tags = c.tags.iter().filter(|t| t.active).map(|t| (t.id.as_str(), t.category_id.as_str())).collect();
-    let channels =
-        c.channels.iter().map(|ch| (ch.id.as_str(), ch.categories.iter().map(|r| r.id.as_str()).collect())).collect();
-    (cats, tags, channels)
 }
 
 /// Plans the writes of one applied batch.
@@ -131,26 +117,36 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     channels.extend(applied.channels.iter().cloned());
 
     if let Some(old) = &applied.old_catalog {
-        plan_catalog_diff(state, ctx, &mut out);
-        let (old_cats, old_tags, old_channels) = catalog_shape(old);
-        let (new_cats, new_tags, new_channels) = catalog_shape(catalog);
-        flipped.extend(old_cats.symmetric_difference(&new_cats).map(|c| c.to_string()));
+        // After a load, or while the replay may hold what the load saw
+        // (the old documents are then unknown), every catalogue key.
+        let whole = state.catalog_unsure || state.catching_up || state.replayed;
+        let scope = match whole {
+            true => plan::CatalogScope::All,
+            false => plan::CatalogScope::Some(super::catalog::reached(old, catalog, applied, ctx)),
+        };
+        super::catalog::plan_diff(state, ctx, &scope, &mut out);
+        out.record.whole_catalog = whole;
+        // What index families read of the catalogue changes only with the
+        // documents the batch touched.
+        let active = |c: &Catalog, id: &str| c.active_category(id).is_some();
+        flipped.extend(applied.categories.iter().filter(|id| active(old, id) != active(catalog, id)).cloned());
         // Replayed events may name categories whose activation the
         // loaded documents already hold but the cache does not: every
         // category such a batch touches counts as flipped.
         if state.replayed {
             flipped.extend(applied.categories.iter().cloned());
         }
-        for id in old_tags.keys().chain(new_tags.keys()) {
-            if old_tags.get(id) != new_tags.get(id) {
-                tags.insert(id.to_string());
-                whole_tags.insert(id.to_string());
-            }
+        let owner = |c: &Catalog, id: &str| c.active_tag(id).map(|t| t.category_id.clone());
+        for id in applied.tags.iter().filter(|id| owner(old, id) != owner(catalog, id)) {
+            tags.insert(id.clone());
+            whole_tags.insert(id.clone());
         }
-        for id in old_channels.keys().chain(new_channels.keys()) {
-            if old_channels.get(id) != new_channels.get(id) {
-                channels.insert(id.to_string());
-            }
+        let refs = |c: &Catalog, id: &str| -> Vec<Vec<String>> {
+            let of = |ch: &crate::model::decode::Channel| ch.categories.iter().map(|r| r.id.clone()).collect();
+            c.channels.iter().filter(|ch| ch.id == id).map(of).collect()
+        };
+        for id in applied.channels.iter().filter(|id| refs(old, id) != refs(catalog, id)) {
+            channels.insert(id.clone());
         }
     }
     // A category that turned (in)active changes its own index keys, its
@@ -563,29 +559,6 @@ fn visit(state: &State, catalog: &Catalog, sel: &Selection, f: &mut dyn FnMut(Me
         visited += 1;
     }
     visited
-}
-
-/// Re-plans the catalogue families; writes what differs from what the
-/// cache holds and deletes what is gone.
-fn plan_catalog_diff(state: &State, ctx: &PlanCtx, out: &mut BatchPlan) {
-    let catalog_families = FamilySet::of(ctx.families.iter().filter(|f| !f.needs_videos()));
-    let ctx = PlanCtx { families: catalog_families, ..ctx.clone() };
-    let (ops, _) = plan::plan_catalog(&state.catalog, &ctx);
-    let mut planned: HashSet<String> = HashSet::with_capacity(ops.len());
-    for op in ops {
-        let d = digest(&op.value);
-        planned.insert(op.key.text.clone());
-        if state.existing.digest(&op.key.text) != Some(d) {
-            out.record.written.push((op.key.text.clone(), Some(Held { digest: Some(d), size: op.value.elements() })));
-            out.changes.push(Change::Put(op));
-        }
-    }
-    for key in state.existing.catalog.iter().filter(|k| !planned.contains(*k)) {
-        if let Some(family) = ctx.keys.classify(key) {
-            out.record.deleted.push(key.clone());
-            out.changes.push(Change::Delete(crate::keys::Key { family, text: key.clone() }));
-        }
-    }
 }
 
 fn put(out: &mut BatchPlan, ctx: &PlanCtx, family: FamilyId, args: &[&str], value: Value) {

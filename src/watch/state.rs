@@ -9,6 +9,7 @@
 //! back, leaving the state exactly as it was, so a replayed batch plans
 //! the same writes.
 
+use super::catalog::CatalogMemo;
 use super::members::{Members, Scoped};
 use super::model::{Coll, Event, IdKey, raw_id_key};
 use super::videos::{Fields, Handle, Saved, Videos};
@@ -19,7 +20,7 @@ use crate::model::compact::{Sym, Syms, Wid};
 use crate::model::decode::doc_id;
 use crate::model::report::{RefReport, Rejection};
 use crate::model::video::{VideoDoc, decode_video};
-use crate::plan::decode_catalog;
+use crate::plan::category::Derived;
 use crate::registry::{FamilyId, Scope};
 use indexmap::IndexMap;
 use mongodb::bson::{Bson, RawDocumentBuf};
@@ -247,6 +248,9 @@ pub struct Record {
     /// The scopes the batch recomputes: recorded as pending before its
     /// writes, cleared with its tokens.
     pub scopes: Scopes,
+    /// Whether the batch re-planned every catalogue key (see
+    /// [`State::catalog_unsure`]).
+    pub whole_catalog: bool,
 }
 
 /// What the index families read of an active video: `addedTime`, and its
@@ -257,6 +261,17 @@ pub struct State {
     pub names: Collections,
     pub catalog_docs: [IndexMap<IdKey, RawDocumentBuf>; 3],
     pub catalog: Catalog,
+    /// The catalogue documents' decoded forms (see [`CatalogMemo`]).
+    memo: CatalogMemo,
+    /// What the catalogue's keys share (orders, payloads), for `catalog`,
+    /// kept between batches: an edit computes again what it changed.
+    pub derived: Derived,
+    /// Whether the cache's catalogue keys may differ from what this state
+    /// planned: after a load (the cache holds what some earlier process
+    /// wrote) and after a failed batch that changed the catalogue. The
+    /// next catalogue change then re-plans every catalogue key, not only
+    /// those it reached, and deletes every other one.
+    pub catalog_unsure: bool,
     /// Every video document, compactly, found by `_id` and by written
     /// id: the first document carrying a written id owns it (later ones
     /// are repeats and rejected).
@@ -357,6 +372,9 @@ impl State {
         let mut state = State {
             names: names.clone(),
             catalog: Catalog::default(),
+            memo: CatalogMemo::default(),
+            derived: Derived::default(),
+            catalog_unsure: true,
             catalog_docs: [index(channels), index(categories), index(tags)],
             videos: Videos::default(),
             syms: Syms::default(),
@@ -368,7 +386,8 @@ impl State {
             catching_up: true,
             replayed: true,
         };
-        state.catalog = state.decode_catalog();
+        state.catalog = state.memo.decode(&state.catalog_docs);
+        state.derived = Derived::new(&state.catalog, &mut RefReport::default());
         // The ids videos reference, nearly all: interned up front so that
         // the load looks them up in parallel.
         for c in &state.catalog.categories {
@@ -454,11 +473,6 @@ impl State {
         state.load_videos(videos);
         state.finish_load();
         state
-    }
-
-    fn decode_catalog(&self) -> Catalog {
-        let docs = |i: usize| self.catalog_docs[i].values();
-        decode_catalog(&self.names, docs(0), docs(1), docs(2)).0
     }
 
     pub fn video_count(&self) -> usize {
@@ -597,6 +611,16 @@ impl State {
         };
     }
 
+    /// Brings `derived` from the catalogue `before` to the current one:
+    /// in place when only these entities changed where they stood, whole
+    /// otherwise (a document added, removed or rejected).
+    fn rederive(&mut self, before: &Catalog, tags: &BTreeSet<String>, categories: &BTreeSet<String>) {
+        let derived = std::mem::take(&mut self.derived);
+        self.derived = derived
+            .update(before, &self.catalog, tags, categories)
+            .unwrap_or_else(|| Derived::new(&self.catalog, &mut RefReport::default()));
+    }
+
     /// Applies a batch of events, recording how to undo it.
     pub fn apply(&mut self, events: Vec<Event>) -> Applied {
         let mut applied = Applied {
@@ -625,12 +649,14 @@ impl State {
                     }
                 }
                 Event::Upsert { coll, key, raw_id, doc } => {
+                    self.memo.forget(coll, &key);
                     let old = self.catalog_docs[coll as usize].insert(key.clone(), doc.clone());
                     touch_catalog(coll, &raw_id, old.as_ref(), Some(&doc), &mut applied);
                     let prior = old.map_or(Prior::Absent, Prior::Replaced);
                     applied.catalog_undo.push((coll, key, prior));
                 }
                 Event::Remove { coll, key, raw_id } => {
+                    self.memo.forget(coll, &key);
                     let old = self.catalog_docs[coll as usize].shift_remove_full(&key);
                     touch_catalog(coll, &raw_id, old.as_ref().map(|(_, _, d)| d), None, &mut applied);
                     // A removal of a document the state lacks still counts
@@ -642,8 +668,10 @@ impl State {
             }
         }
         if !applied.catalog_undo.is_empty() {
-            let new = self.decode_catalog();
-            applied.old_catalog = Some(std::mem::replace(&mut self.catalog, new));
+            let new = self.memo.decode(&self.catalog_docs);
+            let old = std::mem::replace(&mut self.catalog, new);
+            self.rederive(&old, &applied.tags, &applied.categories);
+            applied.old_catalog = Some(old);
         }
         // File the touched videos again, as they are now (they were
         // unfiled before their first change: see `before_video`).
@@ -688,6 +716,7 @@ impl State {
     /// if planned and deletes them if not.
     pub fn abort(&mut self, applied: Applied, keys: &Keys, record: &Record) {
         let (written, deleted) = (&record.written, &record.deleted);
+        self.catalog_unsure |= applied.old_catalog.is_some();
         self.undo(applied);
         self.dirty.extend(&record.scopes);
         for key in written.iter().map(|(k, _)| k).chain(deleted) {
@@ -698,11 +727,12 @@ impl State {
     /// Takes a batch back: the state is exactly as before [`State::apply`].
     pub fn undo(&mut self, applied: Applied) {
         self.file_touched(&applied, false);
-        let Applied { old_catalog, catalog_undo, old_videos, old_owners, videos, .. } = applied;
+        let Applied { old_catalog, catalog_undo, old_videos, old_owners, videos, tags, categories, .. } = applied;
         // Between batches no detail is kept (see `commit`).
         self.details.clear();
         // Last change first, so each document goes back where it was.
         for (coll, key, prior) in catalog_undo.into_iter().rev() {
+            self.memo.forget(coll, &key);
             let docs = &mut self.catalog_docs[coll as usize];
             match prior {
                 Prior::Absent => drop(docs.shift_remove(&key)),
@@ -711,7 +741,8 @@ impl State {
             }
         }
         if let Some(catalog) = old_catalog {
-            self.catalog = catalog;
+            let undone = std::mem::replace(&mut self.catalog, catalog);
+            self.rederive(&undone, &tags, &categories);
         }
         self.videos.undo(old_videos, old_owners);
         for w in videos.keys() {
@@ -725,6 +756,7 @@ impl State {
     /// and deleted, and drops the detail payloads it no longer needs.
     pub fn commit(&mut self, applied: Applied, keys: &Keys, record: &Record) {
         let (written, deleted) = (&record.written, &record.deleted);
+        self.catalog_unsure &= !record.whole_catalog;
         if self.catching_up {
             self.dirty.extend(&record.scopes);
         } else {

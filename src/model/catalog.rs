@@ -8,15 +8,34 @@ pub struct Catalog {
     pub channels: Vec<Channel>,
     pub categories: Vec<Category>,
     pub tags: Vec<Tag>,
+    channel_by_id: HashMap<String, usize>,
     category_by_id: HashMap<String, usize>,
     tag_by_id: HashMap<String, usize>,
 }
 
 impl Catalog {
     pub fn new(channels: Vec<Channel>, categories: Vec<Category>, tags: Vec<Tag>) -> Catalog {
+        let channel_by_id = channels.iter().enumerate().map(|(i, c)| (c.id.clone(), i)).collect();
         let category_by_id = categories.iter().enumerate().map(|(i, c)| (c.id.clone(), i)).collect();
         let tag_by_id = tags.iter().enumerate().map(|(i, t)| (t.id.clone(), i)).collect();
-        Catalog { channels, categories, tags, category_by_id, tag_by_id }
+        Catalog { channels, categories, tags, channel_by_id, category_by_id, tag_by_id }
+    }
+
+    /// Whether the two hold entities of the same ids at the same places.
+    pub fn same_places(&self, other: &Catalog) -> bool {
+        let channels = self.channels.iter().map(|x| &x.id).eq(other.channels.iter().map(|x| &x.id));
+        let categories = self.categories.iter().map(|x| &x.id).eq(other.categories.iter().map(|x| &x.id));
+        channels && categories && self.tags.iter().map(|x| &x.id).eq(other.tags.iter().map(|x| &x.id))
+    }
+
+    /// The channel with this id.
+    pub fn channel(&self, id: &str) -> Option<&Channel> {
+        self.channel_by_id.get(id).map(|&i| &self.channels[i])
+    }
+
+    /// Where the channel with this id is.
+    pub fn channel_index(&self, id: &str) -> Option<usize> {
+        self.channel_by_id.get(id).copied()
     }
 
     /// The category with this id, active or not.

@@ -61,32 +61,19 @@ impl Derived {
 }
 
 impl Derived {
-    /// The values for `catalog` from these, computed for `before`, when
-    /// the two hold the same entities at the same places (a batch that
-    /// edited catalogue documents in place): only the named tags and
-    /// categories, and the categories those tags left or joined, are
-    /// computed again. `None` when the catalogues are not so aligned.
-    /// Dangling references are not counted (only a whole plan counts them).
-    pub fn update(
-        mut self,
-        before: &Catalog,
-        catalog: &Catalog,
-        tag_ids: &BTreeSet<String>,
-        category_ids: &BTreeSet<String>,
-    ) -> Option<Derived> {
+    /// The values for `catalog` from these, computed for a catalogue
+    /// with the same entities at the same places (see
+    /// [`Catalog::same_places`]; a batch that edited catalogue documents
+    /// in place): only the named tags and categories, and the categories
+    /// the named tags now belong to, are computed again. The categories
+    /// the tags left must be among `category_ids`. Dangling references are
+    /// not counted (only a whole plan counts them).
+    pub fn update(mut self, catalog: &Catalog, tag_ids: &BTreeSet<String>, category_ids: &BTreeSet<String>) -> Derived {
         let (cats, tags) = (&catalog.categories, &catalog.tags);
-        let same_cats = before.categories.iter().map(|x| &x.id).eq(cats.iter().map(|x| &x.id));
-        if !same_cats || !before.tags.iter().map(|x| &x.id).eq(tags.iter().map(|x| &x.id)) {
-            return None;
-        }
         let changed_tags: BTreeSet<usize> = tag_ids.iter().filter_map(|id| catalog.tag_index(id)).collect();
         let mut changed_cats: BTreeSet<usize> =
             category_ids.iter().filter_map(|id| catalog.category_index(id)).collect();
-        for &t in &changed_tags {
-            for owner in [&before.tags[t].category_id, &tags[t].category_id] {
-                changed_cats.extend(catalog.category_index(owner));
-            }
-        }
+        changed_cats.extend(changed_tags.iter().filter_map(|&t| catalog.category_index(&tags[t].category_id)));
         reorder(
             &mut self.active_tags,
             &changed_tags,
@@ -113,7 +100,7 @@ impl Derived {
             self.category_json[c] = cats[c].active.then(|| category_payload(&cats[c], &own_tags, None));
             self.tags_of[c] = own;
         }
-        Some(self)
+        self
     }
 }
 

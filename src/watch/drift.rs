@@ -280,7 +280,10 @@ fn scope_keys(state: &State, ctx: &PlanCtx, family: FamilyId, kind: Scope, id: &
 fn catalog_keys(state: &State, ctx: &PlanCtx) -> HashMap<FamilyId, Vec<Expected>> {
     let families = FamilySet::of(ctx.families.iter().filter(|f| !f.needs_videos()));
     let ctx = PlanCtx { families, ..ctx.clone() };
-    let (ops, _) = crate::plan::plan_catalog(&state.catalog, &ctx);
+    // The shared values the watcher keeps, not computed again per check.
+    let whole = crate::plan::CatalogScope::All;
+    let mut refs = crate::model::report::RefReport::default();
+    let ops = crate::plan::plan_catalog_with(&state.catalog, &state.derived, &ctx, &whole, &mut refs);
     let planned: std::collections::HashSet<&str> = ops.iter().map(|op| op.key.text.as_str()).collect();
     let mut out: HashMap<FamilyId, Vec<Expected>> = HashMap::new();
     for key in state.existing.catalog.iter().filter(|k| !planned.contains(k.as_str())) {

@@ -31,6 +31,7 @@ pub mod drift;
 mod engine;
 mod load;
 pub mod members;
+mod memo;
 pub mod metrics;
 pub mod model;
 pub mod plan;

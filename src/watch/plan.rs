@@ -116,36 +116,36 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     tags.extend(applied.tags.iter().cloned());
     channels.extend(applied.channels.iter().cloned());
 
-    if let Some(old) = &applied.old_catalog {
+    if let Some(before) = &applied.before {
         // After a load, or while the replay may hold what the load saw
         // (the old documents are then unknown), every catalogue key.
         let whole = state.catalog_unsure || state.catching_up || state.replayed;
         let scope = match whole {
             true => plan::CatalogScope::All,
-            false => plan::CatalogScope::Some(super::catalog::reached(old, catalog, applied, ctx)),
+            false => plan::CatalogScope::Some(super::catalog::reached(before, catalog, applied, ctx)),
         };
         super::catalog::plan_diff(state, ctx, &scope, &mut out);
         out.record.whole_catalog = whole;
         // What index families read of the catalogue changes only with the
         // documents the batch touched.
-        let active = |c: &Catalog, id: &str| c.active_category(id).is_some();
-        flipped.extend(applied.categories.iter().filter(|id| active(old, id) != active(catalog, id)).cloned());
+        let was_active = |id: &str| before.category(catalog, id).is_some_and(|c| c.active);
+        let flips = |id: &&String| was_active(id) != catalog.active_category(id).is_some();
+        flipped.extend(applied.categories.iter().filter(flips).cloned());
         // Replayed events may name categories whose activation the
         // loaded documents already hold but the cache does not: every
         // category such a batch touches counts as flipped.
         if state.replayed {
             flipped.extend(applied.categories.iter().cloned());
         }
-        let owner = |c: &Catalog, id: &str| c.active_tag(id).map(|t| t.category_id.clone());
-        for id in applied.tags.iter().filter(|id| owner(old, id) != owner(catalog, id)) {
+        let owner = |t: Option<&crate::model::decode::Tag>| t.filter(|t| t.active).map(|t| t.category_id.clone());
+        for id in applied.tags.iter().filter(|id| owner(before.tag(catalog, id)) != owner(catalog.tag(id))) {
             tags.insert(id.clone());
             whole_tags.insert(id.clone());
         }
-        let refs = |c: &Catalog, id: &str| -> Vec<Vec<String>> {
-            let of = |ch: &crate::model::decode::Channel| ch.categories.iter().map(|r| r.id.clone()).collect();
-            c.channels.iter().filter(|ch| ch.id == id).map(of).collect()
+        let refs = |ch: Option<&crate::model::decode::Channel>| {
+            ch.map(|ch| ch.categories.iter().map(|r| r.id.clone()).collect::<Vec<_>>())
         };
-        for id in applied.channels.iter().filter(|id| refs(old, id) != refs(catalog, id)) {
+        for id in applied.channels.iter().filter(|id| refs(before.channel(catalog, id)) != refs(catalog.channel(id))) {
             channels.insert(id.clone());
         }
     }
@@ -196,7 +196,7 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     }
 
     // A category's channels' home sections read it.
-    let old_channels = applied.old_catalog.as_ref().map(|c| c.channels.as_slice()).unwrap_or_default();
+    let old_channels = applied.before.as_ref().map(|b| b.channels(catalog)).unwrap_or_default();
     for ch in catalog.channels.iter().chain(old_channels) {
         if ch.categories.iter().any(|r| cats.contains(&r.id)) {
             channels.insert(ch.id.clone());

@@ -9,8 +9,8 @@
 //! back, leaving the state exactly as it was, so a replayed batch plans
 //! the same writes.
 
-use super::catalog::CatalogMemo;
 use super::members::{Members, Scoped};
+use super::memo::{Before, CatalogMemo};
 use super::model::{Coll, Event, IdKey, raw_id_key};
 use super::videos::{Fields, Handle, Saved, Videos};
 use crate::config::Collections;
@@ -24,7 +24,7 @@ use crate::plan::category::Derived;
 use crate::registry::{FamilyId, Scope};
 use indexmap::IndexMap;
 use mongodb::bson::{Bson, RawDocumentBuf};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeSet, HashMap};
 
 /// An effective video as planning reads it: its record, and its detail
@@ -317,7 +317,7 @@ enum Prior {
 /// What a batch did to the state, kept until it is committed or undone.
 pub struct Applied {
     /// The catalogue before the batch, when the batch changed it.
-    pub old_catalog: Option<Catalog>,
+    pub before: Option<Before>,
     /// How to take back each catalogue document change, in order (a copy
     /// of every catalogue document per batch cost more than the batch).
     catalog_undo: Vec<(Coll, IdKey, Prior)>,
@@ -386,7 +386,7 @@ impl State {
             catching_up: true,
             replayed: true,
         };
-        state.catalog = state.memo.decode(&state.catalog_docs);
+        state.catalog = state.memo.assemble(&state.catalog_docs, &Catalog::default());
         state.derived = Derived::new(&state.catalog, &mut RefReport::default());
         // The ids videos reference, nearly all: interned up front so that
         // the load looks them up in parallel.
@@ -612,19 +612,40 @@ impl State {
     }
 
     /// Brings `derived` from the catalogue `before` to the current one:
-    /// in place when only these entities changed where they stood, whole
-    /// otherwise (a document added, removed or rejected).
-    fn rederive(&mut self, before: &Catalog, tags: &BTreeSet<String>, categories: &BTreeSet<String>) {
-        let derived = std::mem::take(&mut self.derived);
-        self.derived = derived
-            .update(before, &self.catalog, tags, categories)
-            .unwrap_or_else(|| Derived::new(&self.catalog, &mut RefReport::default()));
+    /// in place when the entities stand where they stood, whole otherwise
+    /// (a document added, removed or rejected).
+    fn rederive(&mut self, before: &Before, tags: &BTreeSet<String>, categories: &BTreeSet<String>) {
+        if !before.same_places(&self.catalog) {
+            self.derived = Derived::new(&self.catalog, &mut RefReport::default());
+            return;
+        }
+        // The categories the tags left are computed again too.
+        let left = tags.iter().filter_map(|id| before.tag(&self.catalog, id)).map(|t| t.category_id.clone());
+        let categories: BTreeSet<String> = categories.iter().cloned().chain(left).collect();
+        self.derived = std::mem::take(&mut self.derived).update(&self.catalog, tags, &categories);
+    }
+
+    /// Brings the catalogue in line with its documents after a batch
+    /// changed these: edited in place when the batch only replaced
+    /// documents, each keeping its id and place; assembled again
+    /// otherwise.
+    fn recatalog(&mut self, undo: &[(Coll, IdKey, Prior)]) -> Before {
+        let changed: FxHashSet<(Coll, IdKey)> = undo.iter().map(|(coll, key, _)| (*coll, key.clone())).collect();
+        let in_place = undo.iter().all(|(_, _, prior)| matches!(prior, Prior::Replaced(_)));
+        if in_place && let Some(replaced) = self.memo.patch(&mut self.catalog, &self.catalog_docs, &changed) {
+            return Before::Patched(replaced);
+        }
+        for (coll, key) in &changed {
+            self.memo.forget(*coll, key);
+        }
+        let new = self.memo.assemble(&self.catalog_docs, &self.catalog);
+        Before::Whole(std::mem::replace(&mut self.catalog, new))
     }
 
     /// Applies a batch of events, recording how to undo it.
     pub fn apply(&mut self, events: Vec<Event>) -> Applied {
         let mut applied = Applied {
-            old_catalog: None,
+            before: None,
             catalog_undo: Vec::new(),
             old_videos: HashMap::new(),
             old_owners: HashMap::new(),
@@ -649,14 +670,12 @@ impl State {
                     }
                 }
                 Event::Upsert { coll, key, raw_id, doc } => {
-                    self.memo.forget(coll, &key);
                     let old = self.catalog_docs[coll as usize].insert(key.clone(), doc.clone());
                     touch_catalog(coll, &raw_id, old.as_ref(), Some(&doc), &mut applied);
                     let prior = old.map_or(Prior::Absent, Prior::Replaced);
                     applied.catalog_undo.push((coll, key, prior));
                 }
                 Event::Remove { coll, key, raw_id } => {
-                    self.memo.forget(coll, &key);
                     let old = self.catalog_docs[coll as usize].shift_remove_full(&key);
                     touch_catalog(coll, &raw_id, old.as_ref().map(|(_, _, d)| d), None, &mut applied);
                     // A removal of a document the state lacks still counts
@@ -668,10 +687,9 @@ impl State {
             }
         }
         if !applied.catalog_undo.is_empty() {
-            let new = self.memo.decode(&self.catalog_docs);
-            let old = std::mem::replace(&mut self.catalog, new);
-            self.rederive(&old, &applied.tags, &applied.categories);
-            applied.old_catalog = Some(old);
+            let before = self.recatalog(&applied.catalog_undo);
+            self.rederive(&before, &applied.tags, &applied.categories);
+            applied.before = Some(before);
         }
         // File the touched videos again, as they are now (they were
         // unfiled before their first change: see `before_video`).
@@ -716,7 +734,7 @@ impl State {
     /// if planned and deletes them if not.
     pub fn abort(&mut self, applied: Applied, keys: &Keys, record: &Record) {
         let (written, deleted) = (&record.written, &record.deleted);
-        self.catalog_unsure |= applied.old_catalog.is_some();
+        self.catalog_unsure |= applied.before.is_some();
         self.undo(applied);
         self.dirty.extend(&record.scopes);
         for key in written.iter().map(|(k, _)| k).chain(deleted) {
@@ -727,12 +745,11 @@ impl State {
     /// Takes a batch back: the state is exactly as before [`State::apply`].
     pub fn undo(&mut self, applied: Applied) {
         self.file_touched(&applied, false);
-        let Applied { old_catalog, catalog_undo, old_videos, old_owners, videos, tags, categories, .. } = applied;
+        let Applied { before, catalog_undo, old_videos, old_owners, videos, tags, categories, .. } = applied;
         // Between batches no detail is kept (see `commit`).
         self.details.clear();
         // Last change first, so each document goes back where it was.
         for (coll, key, prior) in catalog_undo.into_iter().rev() {
-            self.memo.forget(coll, &key);
             let docs = &mut self.catalog_docs[coll as usize];
             match prior {
                 Prior::Absent => drop(docs.shift_remove(&key)),
@@ -740,8 +757,18 @@ impl State {
                 Prior::Removed(at, doc) => drop(docs.shift_insert(at, key, doc)),
             }
         }
-        if let Some(catalog) = old_catalog {
-            let undone = std::mem::replace(&mut self.catalog, catalog);
+        // The memo describes the catalogue: an edit in place keeps each
+        // document's id and place both ways, so it still does; an old
+        // catalogue put back may hold other documents' entities.
+        let undone = match before {
+            Some(Before::Patched(replaced)) => Some(Before::Patched(replaced.restore(&mut self.catalog))),
+            Some(Before::Whole(catalog)) => {
+                self.memo.clear();
+                Some(Before::Whole(std::mem::replace(&mut self.catalog, catalog)))
+            }
+            None => None,
+        };
+        if let Some(undone) = undone {
             self.rederive(&undone, &tags, &categories);
         }
         self.videos.undo(old_videos, old_owners);
@@ -830,5 +857,33 @@ mod tests {
         }
         assert!(existing.is_empty(), "{existing:?}");
         assert!(existing.by_category.is_empty() && existing.by_tag.is_empty() && existing.by_channel.is_empty());
+    }
+
+    #[test]
+    fn an_undone_batch_leaves_a_catalogue_the_next_batch_builds_on() {
+        use crate::watch::model::id_key;
+        use mongodb::bson::{doc, oid::ObjectId};
+        // Two documents with one written id: the string repeat is admitted
+        // only while the ObjectId document before it is gone.
+        let oid = ObjectId::new();
+        let raw = |d: mongodb::bson::Document| RawDocumentBuf::from_document(&d).unwrap();
+        let first = raw(doc! { "_id": oid, "name": "First", "seq": 1, "status": 1 });
+        let repeat = raw(doc! { "_id": oid.to_hex(), "name": "Repeat", "seq": 1, "status": 1 });
+        let names = Collections { channel: "ch".into(), category: "cat".into(), tag: "tag".into(), video: "v".into() };
+        let mut state = State::new(&names, vec![], vec![first, repeat], vec![]);
+        let remove = || {
+            vec![Event::Remove { coll: Coll::Category, key: id_key(&Bson::ObjectId(oid)), raw_id: Bson::ObjectId(oid) }]
+        };
+        let name = |state: &State| state.catalog.category(&oid.to_hex()).map(|c| c.name.clone());
+        assert_eq!(name(&state).as_deref(), Some("First"));
+
+        let applied = state.apply(remove());
+        assert_eq!(name(&state).as_deref(), Some("Repeat"));
+        state.undo(applied);
+        assert_eq!(name(&state).as_deref(), Some("First"));
+        // The repeat was admitted in the undone catalogue only: what was
+        // remembered of it then must not stand in for it now.
+        state.apply(remove());
+        assert_eq!(name(&state).as_deref(), Some("Repeat"));
     }
 }

@@ -3,7 +3,7 @@
 //! payloads that other families embed.
 
 use super::order::by_seq;
-use super::text::js_lower;
+use super::text::{js_lower, js_trim};
 use super::{CatalogScope, Op, PlanCtx, Value};
 use crate::model::catalog::Catalog;
 use crate::model::decode::{Category, Tag};
@@ -27,6 +27,10 @@ pub struct Derived {
     pub category_json: Vec<Option<String>>,
     /// Per active tag: its `TagCachePayload`.
     pub tag_json: Vec<Option<String>>,
+    /// Per active tag: its trimmed, lowercased name, which the search
+    /// prefixes are cut from (kept: a catalogue edit plans a few prefixes
+    /// but reads every active tag's name).
+    pub search_names: Vec<Option<String>>,
 }
 
 impl Derived {
@@ -46,6 +50,7 @@ impl Derived {
             }
         }
         let tag_json: Vec<Option<String>> = tags.iter().map(|t| t.active.then(|| tag_payload(t))).collect();
+        let search_names = tags.iter().map(|t| t.active.then(|| search_name(t))).collect();
         let category_json = cats
             .iter()
             .enumerate()
@@ -56,7 +61,7 @@ impl Derived {
                 })
             })
             .collect();
-        Derived { active_categories, tags_of, active_tags, category_json, tag_json }
+        Derived { active_categories, tags_of, active_tags, category_json, tag_json, search_names }
     }
 }
 
@@ -88,6 +93,7 @@ impl Derived {
         );
         for &t in &changed_tags {
             self.tag_json[t] = tags[t].active.then(|| tag_payload(&tags[t]));
+            self.search_names[t] = tags[t].active.then(|| search_name(&tags[t]));
         }
         for &c in &changed_cats {
             let own: Vec<usize> = match cats[c].active {
@@ -128,6 +134,11 @@ fn seq_key(c: &Category) -> (&crate::model::num::Num, &str, &str) {
 
 fn tag_key(t: &Tag) -> (&crate::model::num::Num, &str, &str) {
     (&t.seq, &t.name, &t.id)
+}
+
+/// The name a tag's search prefixes are cut from.
+pub fn search_name(tag: &Tag) -> String {
+    js_lower(js_trim(&tag.name))
 }
 
 /// `TagCachePayload`: `id`, `name`, `categoryId`, `seq`, `status`.

@@ -1,7 +1,7 @@
 //! Tag families: `tag:all`, `tag:list`, `tag:search`.
 
 use super::category::Derived;
-use super::text::{js_lower, js_trim, prefix_chars};
+use super::text::prefix_chars;
 use super::{CatalogScope, Op, PlanCtx, Value};
 use crate::model::catalog::Catalog;
 use crate::model::json;
@@ -38,9 +38,9 @@ fn search_prefixes(
     let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for &t in &derived.active_tags {
         let tag = &catalog.tags[t];
-        let name = js_lower(js_trim(&tag.name));
+        let name = derived.search_names[t].as_deref().unwrap_or_default();
         for &len in lengths {
-            if let Some(prefix) = prefix_chars(&name, len).filter(|p| scope.prefix(p)) {
+            if let Some(prefix) = prefix_chars(name, len).filter(|p| scope.prefix(p)) {
                 let ids = map.entry(prefix.to_string()).or_default();
                 // Tag ids are distinct (the catalogue claims each once),
                 // so a repeat can only be this tag under two lengths that

@@ -10,7 +10,7 @@ use super::plan::{BatchPlan, digest};
 use super::state::{Applied, Held, State};
 use crate::model::catalog::Catalog;
 use crate::model::report::RefReport;
-use crate::plan::text::{js_lower, js_trim, prefix_chars};
+use crate::plan::text::prefix_chars;
 use crate::plan::{self, CatalogArg, CatalogKeys, CatalogScope, Change, FamilySet, PlanCtx};
 use crate::registry::Registry;
 use std::collections::{BTreeSet, HashSet};
@@ -31,7 +31,7 @@ pub fn reached(before: &Before, new: &Catalog, applied: &Applied, ctx: &PlanCtx)
     for id in &applied.tags {
         for tag in [before.tag(new, id), new.tag(id)].into_iter().flatten() {
             keys.categories.insert(tag.category_id.clone());
-            let name = js_lower(js_trim(&tag.name));
+            let name = crate::plan::category::search_name(tag);
             keys.prefixes.extend(ctx.search_lengths.iter().filter_map(|&n| prefix_chars(&name, n)).map(String::from));
         }
     }

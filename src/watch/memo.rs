@@ -248,31 +248,48 @@ fn admit<T: Entity>(
     docs: &IndexMap<IdKey, RawDocumentBuf>,
     old: &Catalog,
 ) -> Vec<T> {
-    let mut claimed: FxHashSet<String> = FxHashSet::default();
-    let mut out = Vec::with_capacity(docs.len());
+    // The documents the memo does not know, and the admitted ones `old`
+    // does not hold (it is not the catalogue the memo describes), are
+    // decoded first; then every outcome is read in place. Taking each
+    // entry out and putting it back made this twice as slow.
     for (key, doc) in docs {
-        // An admitted document `old` does not hold (it is not the
-        // catalogue the memo describes) is decoded again, as is one the
-        // memo does not know.
-        let known = match memo.remove(key) {
-            Some(Seen::Admitted(id)) => T::index(old, &id).map(|i| (Ok(id), Ok(T::all(old)[i].clone()))),
-            Some(Seen::Held(outcome)) => Some(outcome),
-            None => None,
+        let known = match memo.get(key) {
+            Some(Seen::Admitted(id)) => T::index(old, id).is_some(),
+            Some(Seen::Held(_)) => true,
+            None => false,
         };
-        let (id, decoded) = known.unwrap_or_else(|| {
+        if !known {
             let id = doc_id(doc);
-            (id.clone(), id.and_then(|id| T::decode(doc, id)))
-        });
-        let first = id.as_ref().is_ok_and(|id| claimed.insert(id.clone()));
-        let seen = match (first, decoded) {
-            (true, Ok(entity)) => {
-                out.push(entity);
-                Seen::Admitted(id.expect("a claimed id reads"))
-            }
-            (_, decoded) => Seen::Held((id, decoded)),
-        };
-        memo.insert(key.clone(), seen);
+            let decoded = id.clone().and_then(|id| T::decode(doc, id));
+            memo.insert(key.clone(), Seen::Held((id, decoded)));
+        }
     }
+    let mut claimed: FxHashSet<&str> = FxHashSet::with_capacity_and_hasher(docs.len(), Default::default());
+    let mut out = Vec::with_capacity(docs.len());
+    // Documents admitted now and not before, or the other way round.
+    let (mut admitted, mut held) = (Vec::new(), Vec::new());
+    for key in docs.keys() {
+        match &memo[key] {
+            Seen::Admitted(id) => {
+                let entity = &T::all(old)[T::index(old, id).expect("decoded above when missing")];
+                match claimed.insert(id) {
+                    true => out.push(entity.clone()),
+                    false => held.push((key.clone(), Seen::Held((Ok(id.clone()), Ok(entity.clone()))))),
+                }
+            }
+            Seen::Held((Err(_), _)) => {}
+            Seen::Held((Ok(id), decoded)) => {
+                // The id is claimed even when the rest does not decode.
+                if claimed.insert(id)
+                    && let Ok(entity) = decoded
+                {
+                    out.push(entity.clone());
+                    admitted.push((key.clone(), Seen::Admitted(id.clone())));
+                }
+            }
+        }
+    }
+    memo.extend(admitted.into_iter().chain(held));
     out
 }
 

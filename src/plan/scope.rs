@@ -59,26 +59,33 @@ pub enum CatalogScope {
 }
 
 impl CatalogScope {
+    fn covers(&self, within: impl FnOnce(&CatalogKeys) -> bool) -> bool {
+        match self {
+            CatalogScope::All => true,
+            CatalogScope::Some(keys) => within(keys),
+        }
+    }
+
     pub fn channel(&self, id: &str) -> bool {
-        matches!(self, CatalogScope::All) || matches!(self, CatalogScope::Some(k) if k.channels.contains(id))
+        self.covers(|k| k.channels.contains(id))
     }
 
     pub fn category(&self, id: &str) -> bool {
-        matches!(self, CatalogScope::All) || matches!(self, CatalogScope::Some(k) if k.categories.contains(id))
+        self.covers(|k| k.categories.contains(id))
     }
 
     pub fn prefix(&self, prefix: &str) -> bool {
-        matches!(self, CatalogScope::All) || matches!(self, CatalogScope::Some(k) if k.prefixes.contains(prefix))
+        self.covers(|k| k.prefixes.contains(prefix))
     }
 
     pub fn aggregate(&self, family: FamilyId) -> bool {
-        matches!(self, CatalogScope::All) || matches!(self, CatalogScope::Some(k) if k.aggregates.contains(&family))
+        self.covers(|k| k.aggregates.contains(&family))
     }
 
     /// Whether any tag-search key is in scope (the prefix map is then
     /// built).
     pub fn any_prefix(&self) -> bool {
-        matches!(self, CatalogScope::All) || matches!(self, CatalogScope::Some(k) if !k.prefixes.is_empty())
+        self.covers(|k| !k.prefixes.is_empty())
     }
 }
 

@@ -196,29 +196,19 @@ impl CatalogMemo {
     /// Edits `catalog` in place for these changed documents, when each
     /// is one the catalogue holds and still decodes, to the same id, at
     /// the same place in its collection: gives the entities replaced.
-    /// Otherwise leaves the catalogue as it was, forgets the documents
-    /// (an [`CatalogMemo::assemble`] must follow) and gives `None`.
+    /// Otherwise gives `None` and changes nothing: the caller forgets the
+    /// documents and assembles the catalogue.
     pub fn patch(
-        &mut self,
+        &self,
         catalog: &mut Catalog,
         docs: &[IndexMap<IdKey, RawDocumentBuf>; 3],
         changed: &FxHashSet<(Coll, IdKey)>,
     ) -> Option<Replaced> {
         let keys = |coll: Coll| changed.iter().filter(move |(c, _)| *c == coll).map(|(_, k)| k);
-        let channels = edits(&self.channels, catalog, &docs[Coll::Channel as usize], keys(Coll::Channel));
-        let categories = edits(&self.categories, catalog, &docs[Coll::Category as usize], keys(Coll::Category));
-        let tags = edits(&self.tags, catalog, &docs[Coll::Tag as usize], keys(Coll::Tag));
-        match (channels, categories, tags) {
-            (Some(channels), Some(categories), Some(tags)) => {
-                Some(Replaced { channels, categories, tags }.restore(catalog))
-            }
-            _ => {
-                for (coll, key) in changed {
-                    self.forget(*coll, key);
-                }
-                None
-            }
-        }
+        let channels = edits(&self.channels, catalog, &docs[Coll::Channel as usize], keys(Coll::Channel))?;
+        let categories = edits(&self.categories, catalog, &docs[Coll::Category as usize], keys(Coll::Category))?;
+        let tags = edits(&self.tags, catalog, &docs[Coll::Tag as usize], keys(Coll::Tag))?;
+        Some(Replaced { channels, categories, tags }.restore(catalog))
     }
 }
 
@@ -369,17 +359,19 @@ pub(super) mod tests {
         // catalogue stays, and assembling it again rejects the document.
         let untouched = format!("{catalog:?}");
         let key = edit(&mut docs, Coll::Category, 2, |d| drop(d.insert("name", 9)));
-        let changed = [(Coll::Category, key)].into_iter().collect();
+        let changed = [(Coll::Category, key.clone())].into_iter().collect();
         assert!(memo.patch(&mut catalog, &docs, &changed).is_none());
         assert_eq!(format!("{catalog:?}"), untouched);
+        memo.forget(Coll::Category, &key);
         catalog = memo.assemble(&docs, &catalog);
         assert_eq!(format!("{catalog:?}"), whole(&docs));
 
         // Nor is a document whose id changed (the document at a key is
         // found by the key, which the id need not give).
         let key = edit(&mut docs, Coll::Tag, 7, |d| drop(d.insert("_id", "other")));
-        let changed = [(Coll::Tag, key)].into_iter().collect();
+        let changed = [(Coll::Tag, key.clone())].into_iter().collect();
         assert!(memo.patch(&mut catalog, &docs, &changed).is_none());
+        memo.forget(Coll::Tag, &key);
         catalog = memo.assemble(&docs, &catalog);
         assert_eq!(format!("{catalog:?}"), whole(&docs));
     }

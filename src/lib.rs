@@ -30,6 +30,7 @@ pub mod plan;
 pub mod progress;
 pub mod rebuild;
 pub mod registry;
+pub mod retry;
 pub mod sample;
 pub mod serve;
 pub mod sink;

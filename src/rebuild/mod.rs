@@ -142,17 +142,16 @@ pub async fn rebuild_with_retries(
     progress: &Progress,
     attempts: u32,
 ) -> Result<RunSummary, RunError> {
-    let mut attempt = 1;
+    let mut tries = crate::retry::RetryPolicy::REBUILD.with_attempts(attempts).start();
     loop {
-        match rebuild(cfg, opts, progress).await {
-            Err(err) if attempt < attempts && err.is_retriable() => {
-                let delay = std::time::Duration::from_secs(u64::from(attempt).min(5));
-                tracing::warn!(attempt, error = %err, delay_s = delay.as_secs(), "rebuild failed, running it again");
-                tokio::time::sleep(delay).await;
-                attempt += 1;
-            }
+        let err = match rebuild(cfg, opts, progress).await {
+            Err(err) if err.is_retriable() => err,
             other => return other,
-        }
+        };
+        let Some(delay) = tries.next_pause() else { return Err(err) };
+        tracing::warn!(attempt = tries.made() - 1, error = %err, delay_ms = delay.as_millis() as u64,
+            "rebuild failed, running it again");
+        tokio::time::sleep(delay).await;
     }
 }
 

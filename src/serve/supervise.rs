@@ -5,6 +5,7 @@
 //! the collections again.
 
 use crate::config::Config;
+use crate::retry::RetryPolicy;
 use crate::sink::Fence;
 use crate::watch::{Carry, WatchMetrics, WatchOptions};
 use std::sync::atomic::Ordering;
@@ -48,9 +49,6 @@ pub struct Supervised {
     health: Arc<Mutex<WatcherHealth>>,
 }
 
-const FIRST_BACKOFF: Duration = Duration::from_millis(500);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
-
 fn set(health: &Mutex<WatcherHealth>, f: impl FnOnce(&mut WatcherHealth)) {
     f(&mut health.lock().unwrap_or_else(|e| e.into_inner()));
 }
@@ -79,8 +77,9 @@ pub fn start(
     let task = {
         let (health, stopped) = (health.clone(), stop.clone());
         tokio::spawn(async move {
-            let mut backoff = FIRST_BACKOFF;
+            let mut restarts = RetryPolicy::RESTART_WATCHER.start();
             loop {
+                let started = std::time::Instant::now();
                 set(&health, |h| {
                     h.running = true;
                     h.failed = false;
@@ -106,13 +105,14 @@ pub fn start(
                     tracing::warn!(error = %err, "watcher stopped: the writer lease is lost");
                     return;
                 }
-                tracing::error!(error = %err, delay_ms = backoff.as_millis() as u64, "watcher failed; restarting");
+                restarts.start_over_after(started.elapsed());
+                let delay = restarts.pause();
+                tracing::error!(error = %err, delay_ms = delay.as_millis() as u64, "watcher failed; restarting");
                 tokio::select! {
                     biased;
                     _ = stopped.cancelled() => return,
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(delay) => {}
                 }
-                backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         })
     };

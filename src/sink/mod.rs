@@ -14,16 +14,16 @@ use control::state;
 pub use control::{jobs, reporter};
 pub use fence::lease;
 pub use topology::{acl, cluster};
-use topology::{cluster_io, conn, retry, router, sentinel};
+use topology::{cluster_io, conn, router, sentinel};
 use write::{pipeline, sweep, writer};
 
+pub use crate::retry::RetryPolicy;
 pub use acl::Access;
 pub use compare::{Difference, difference};
 pub use conn::RedisConn;
 pub use inspect::{Inspected, Observed};
 pub use lease::{Fence, Lease, LeaseError};
 pub use pipeline::{build_commands, build_pipeline, ttl_with_jitter};
-pub use retry::RetryPolicy;
 pub use state::info_value;
 pub use sweep::{Existing, Produced, Stale, digest};
 pub use writer::{WriteOutcome, per_video, run_writer};
@@ -346,7 +346,7 @@ impl Sink {
             fence: None,
             ttl: settings.ttl,
             jitter: settings.ttl_jitter,
-            retry: RetryPolicy::default(),
+            retry: RetryPolicy::REDIS,
             unit_cost: settings.write_batch_cost,
             max_keys: settings.write_batch_ops,
             timeout: Duration::from_secs(settings.timeout_seconds),
@@ -355,10 +355,7 @@ impl Sink {
             sink.unit_cost /= cluster::SCRIPT_BUDGET_DIVISOR;
         }
         if matches!(sink.conn, RedisConn::Sentinel(_)) {
-            // A fail-over behind Sentinel refuses writes for seconds (the
-            // old master demoted, the new one waiting for a replica under
-            // `min-replicas-to-write`): retries span about 30 s.
-            sink.retry = RetryPolicy { attempts: 12, ..RetryPolicy::default() };
+            sink.retry = RetryPolicy::REDIS_SENTINEL;
         }
         redis::cmd("PING").query_async::<()>(&mut sink.conn).await.map_err(connect_err)?;
         if sink.is_cluster() {
@@ -510,7 +507,7 @@ impl Sink {
     /// writes in flight under the old epoch are refused too, and sent
     /// again under the new one.
     async fn send_fenced(&self, fence: &Fence, full: &redis::Pipeline) -> Result<(), SinkError> {
-        let mut attempt = 1;
+        let mut attempts = self.retry.start();
         loop {
             if !fence.is_valid() {
                 return Err(SinkError::LeaseLost);
@@ -519,12 +516,15 @@ impl Sink {
             match self.try_fenced(fence, epoch, full).await {
                 Ok(true) => return Ok(()),
                 // Refused because this writer raised its own epoch since.
-                Ok(false) if fence.epoch() > epoch && attempt < self.retry.attempts => attempt += 1,
+                Ok(false) if fence.epoch() > epoch && attempts.again_now() => {}
                 Ok(false) => {
                     fence.mark_lost();
                     return Err(SinkError::Fenced { epoch });
                 }
-                Err(err) if attempt < self.retry.attempts && is_retriable(&err) => {
+                Err(err) if is_retriable(&err) => {
+                    let Some(delay) = attempts.next_pause() else {
+                        return Err(SinkError::Write { attempts: attempts.made(), source: err });
+                    };
                     // The pooled connections went through the same cut or
                     // restart: a retry that took the next of them would
                     // fail again, so every retry starts on a new one.
@@ -533,12 +533,10 @@ impl Sink {
                     if is_ambiguous(&err) {
                         self.raise_own_epoch(fence, epoch).await?;
                     }
-                    let delay = self.retry.delay(attempt);
-                    tracing::warn!(attempt, delay_ms = delay.as_millis() as u64, error = %err, "fenced redis write failed, retrying");
+                    tracing::warn!(attempt = attempts.made() - 1, delay_ms = delay.as_millis() as u64, error = %err, "fenced redis write failed, retrying");
                     tokio::time::sleep(delay).await;
-                    attempt += 1;
                 }
-                Err(source) => return Err(SinkError::Write { attempts: attempt, source }),
+                Err(source) => return Err(SinkError::Write { attempts: attempts.made(), source }),
             }
         }
     }

@@ -217,9 +217,10 @@ pub async fn run_fenced(
             state = Some((carry.state, carry.redis_run_id));
             catch_up = carry.catch_up;
         }
-        let mut backoff = Duration::from_millis(200);
+        let mut reopens = crate::retry::RetryPolicy::REOPEN_STREAMS.start();
         let mut drift = drift::Drift::new(opts.drift_per_minute);
         loop {
+            let opened_at = Instant::now();
             let (tx, mut rx) = mpsc::channel::<Item>(20_000);
             let mut opened = Vec::new();
             // Owned: they end with the engine, even when its future is
@@ -338,15 +339,16 @@ pub async fn run_fenced(
                         metrics.failed_batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tracing::warn!("{why}; the batch was taken back and is replayed");
                     }
+                    reopens.start_over_after(opened_at.elapsed());
+                    let delay = reopens.pause();
                     tracing::warn!(
-                        delay_ms = backoff.as_millis() as u64,
+                        delay_ms = delay.as_millis() as u64,
                         "change streams failed; reopening from the saved tokens"
                     );
                     tokio::select! {
                         _ = &mut shutdown => return Ok(()),
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(delay) => {}
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
                 }
                 Next::Rebuild(reason) => {
                     tracing::warn!(reason = %reason, db = %cfg.mongodb_db, "change streams cannot resume; rebuilding");

@@ -238,7 +238,7 @@ impl Sink {
     async fn send_part(&self, part: SlotPart<'_>) -> Result<(), SinkError> {
         let mut epoch = self.fence.as_ref().map(Fence::epoch);
         let mut call = self.part_call(&part, epoch);
-        let mut attempt = 1;
+        let mut attempts = self.retry.start();
         let mut repairs = 0;
         loop {
             if let Some(fence) = &self.fence {
@@ -256,11 +256,7 @@ impl Sink {
                 Err(err) => err,
             };
             match (err, &self.fence, epoch) {
-                (PartError::Fenced, Some(fence), Some(sent))
-                    if fence.epoch() > sent && attempt < self.retry.attempts =>
-                {
-                    attempt += 1;
-                }
+                (PartError::Fenced, Some(fence), Some(sent)) if fence.epoch() > sent && attempts.again_now() => {}
                 (PartError::Fenced, Some(fence), _) => {
                     fence.mark_lost();
                     return Err(SinkError::Fenced { epoch: fence.epoch() });
@@ -269,18 +265,19 @@ impl Sink {
                     repairs += 1;
                     self.repair_epoch_copy(fence, part.slot).await?;
                 }
-                (PartError::Redis(err), _, _) if attempt < self.retry.attempts && is_retriable(&err) => {
+                (PartError::Redis(err), _, _) if is_retriable(&err) => {
+                    let Some(delay) = attempts.next_pause() else {
+                        return Err(SinkError::Write { attempts: attempts.made(), source: err });
+                    };
                     if let (Some(fence), Some(sent)) = (&self.fence, epoch)
                         && crate::sink::is_ambiguous(&err)
                     {
                         self.raise_own_epoch(fence, sent).await?;
                     }
-                    let delay = self.retry.delay(attempt);
-                    tracing::warn!(attempt, slot = part.slot, delay_ms = delay.as_millis() as u64, error = %err, "cluster write failed, retrying");
+                    tracing::warn!(attempt = attempts.made() - 1, slot = part.slot, delay_ms = delay.as_millis() as u64, error = %err, "cluster write failed, retrying");
                     tokio::time::sleep(delay).await;
-                    attempt += 1;
                 }
-                (PartError::Redis(source), _, _) => return Err(SinkError::Write { attempts: attempt, source }),
+                (PartError::Redis(source), _, _) => return Err(SinkError::Write { attempts: attempts.made(), source }),
                 (PartError::Fenced | PartError::EpochLow, _, _) => {
                     return Err(SinkError::Cluster(format!(
                         "slot {} refused a write: its epoch copy could not be brought to this writer's epoch",

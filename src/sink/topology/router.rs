@@ -10,6 +10,7 @@
 //! timeout, again and again (its slot refresh never completed). Here a
 //! failed request only refreshes the map and retries, with a bound.
 
+use crate::retry::RetryPolicy;
 use crate::sink::cluster;
 use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
@@ -17,18 +18,12 @@ use std::collections::HashMap;
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-/// Attempts per command; with the backoff below about 6 s in all, long
-/// enough for a restarted master to listen again or a slot to settle.
-const ATTEMPTS: u32 = 16;
-const FIRST_PAUSE: Duration = Duration::from_millis(20);
-const MAX_PAUSE: Duration = Duration::from_millis(500);
+/// Attempts per command and the pauses between them
+/// (`RetryPolicy::CLUSTER_COMMAND`: about 6 s in all).
+const RETRY: RetryPolicy = RetryPolicy::CLUSTER_COMMAND;
 /// A refresh right after another is skipped: a burst of `MOVED` replies
 /// needs one new map, not one each.
 const REFRESH_GAP: Duration = Duration::from_millis(50);
-
-fn pause(attempt: u32) -> Duration {
-    FIRST_PAUSE.saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1))).min(MAX_PAUSE)
-}
 
 /// Who owns each slot.
 #[derive(Debug, Clone, Default)]
@@ -315,9 +310,8 @@ impl Router {
         }
         let slot = command_slot(cmd);
         let mut asking: Option<String> = None;
-        let mut attempt = 0;
+        let mut attempts = RETRY.start();
         loop {
-            attempt += 1;
             let target = match asking.take() {
                 Some(addr) => Ok((addr, true)),
                 None => self.owner(slot).map(|a| (a, false)).ok_or_else(|| {
@@ -331,9 +325,11 @@ impl Router {
             };
             let err = match result {
                 Ok(value) => return Ok(value),
-                Err(err) if attempt >= ATTEMPTS => return Err(err),
                 Err(err) => err,
             };
+            // Every failed attempt counts, whatever the reaction; a
+            // redirection goes on at once, without its pause.
+            let Some(pause) = attempts.next_pause() else { return Err(err) };
             match reaction(&err) {
                 Reaction::Moved => {
                     if let Some((addr, moved)) = err.redirect_node() {
@@ -342,9 +338,9 @@ impl Router {
                     let _ = self.refresh().await;
                 }
                 Reaction::Ask => asking = err.redirect_node().map(|(addr, _)| cluster::redirect_addr(addr)),
-                Reaction::Wait => tokio::time::sleep(pause(attempt)).await,
+                Reaction::Wait => tokio::time::sleep(pause).await,
                 Reaction::WaitAndRefresh => {
-                    tokio::time::sleep(pause(attempt)).await;
+                    tokio::time::sleep(pause).await;
                     let _ = self.refresh().await;
                 }
                 Reaction::GiveUp => return Err(err),
@@ -419,7 +415,7 @@ mod tests {
     }
 
     /// Every fail-over state leads to a pause, a refresh of the slot map
-    /// and another attempt (bounded by `ATTEMPTS`), never to an error
+    /// and another attempt (bounded by `RETRY`), never to an error
     /// passed up while attempts remain.
     #[test]
     fn fail_over_states_refresh_and_retry() {
@@ -451,11 +447,9 @@ mod tests {
     }
 
     #[test]
-    fn pauses_grow_to_a_cap() {
-        assert_eq!(pause(1), Duration::from_millis(20));
-        assert_eq!(pause(3), Duration::from_millis(80));
-        assert_eq!(pause(12), MAX_PAUSE);
-        let total: Duration = (1..ATTEMPTS).map(pause).sum();
+    fn pauses_outlast_a_restarting_master() {
+        let mut attempts = RETRY.start();
+        let total: Duration = std::iter::from_fn(|| attempts.next_pause()).sum();
         assert!(total >= Duration::from_secs(5), "{total:?}");
     }
 }

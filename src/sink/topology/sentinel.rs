@@ -16,15 +16,18 @@
 //! `run_id` differs, so a rebuild that spans it is redone and the watcher
 //! reloads its state, as after a restart; fencing works as on one node.
 
+use crate::retry::RetryPolicy;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{Cmd, ErrorKind, Pipeline, RedisResult, Value};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
-/// How long a request keeps following fail-overs before it gives up: a
-/// manual fail-over takes a second or two, an automatic one
+/// How long a request keeps following fail-overs before it gives up
+/// (`RetryPolicy::FOLLOW_SENTINEL`: 30 s of pauses of 200 ms): a manual
+/// fail-over takes a second or two, an automatic one
 /// `down-after-milliseconds` plus an election.
-const FOLLOW_FOR: Duration = Duration::from_secs(30);
+const FOLLOW: RetryPolicy = RetryPolicy::FOLLOW_SENTINEL;
+/// The shortest gap between two questions to the sentinels.
 const PAUSE: Duration = Duration::from_millis(200);
 
 /// The master as last resolved.
@@ -133,15 +136,16 @@ impl Sentinel {
         F: FnMut(ConnectionManager) -> Fut,
         Fut: std::future::Future<Output = RedisResult<T>>,
     {
-        let started = Instant::now();
+        let mut attempts = FOLLOW.start();
         loop {
             let err = match send(self.conn()).await {
                 Ok(value) => return Ok(value),
-                Err(err) if is_fail_over(&err) && started.elapsed() < FOLLOW_FOR => err,
+                Err(err) if is_fail_over(&err) => err,
                 Err(err) => return Err(err),
             };
+            let Some(pause) = attempts.next_pause() else { return Err(err) };
             tracing::debug!(error = %err, "Redis master not answering as a master; asking the sentinels");
-            tokio::time::sleep(PAUSE).await;
+            tokio::time::sleep(pause).await;
             let _ = self.refresh().await;
         }
     }

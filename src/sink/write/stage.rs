@@ -152,7 +152,7 @@ impl Sink {
     async fn write_staged(&self, op: &Op) -> Result<(), SinkError> {
         let steps = op.steps(self.unit_cost);
         let slot = cluster::slot(op.key.text.as_bytes());
-        let mut attempt = 1;
+        let mut attempts = self.retry.start();
         loop {
             // A writer that knows it lost the lease stops here: its fill
             // could never be renamed, and would only load Redis.
@@ -165,14 +165,12 @@ impl Sink {
             }
             // Best effort: a stage left behind expires anyway.
             let _ = self.unlink(std::slice::from_ref(&stage)).await;
-            if attempt >= self.retry.attempts {
-                return Err(SinkError::StageLost { key: op.key.text.clone(), attempts: attempt });
-            }
-            let delay = self.retry.delay(attempt);
-            tracing::warn!(key = %op.key.text, attempt, delay_ms = delay.as_millis() as u64,
+            let Some(delay) = attempts.next_pause() else {
+                return Err(SinkError::StageLost { key: op.key.text.clone(), attempts: attempts.made() });
+            };
+            tracing::warn!(key = %op.key.text, attempt = attempts.made() - 1, delay_ms = delay.as_millis() as u64,
                 "a staged write lost its stage (Redis restarting or failing over?); writing the key again");
             tokio::time::sleep(delay).await;
-            attempt += 1;
         }
     }
 

@@ -302,8 +302,7 @@ async fn every_command_works_on_a_cluster() {
 
 /// A plain connection to one cluster node (no routing).
 async fn node_conn(port: u16) -> redis::aio::MultiplexedConnection {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-    client.get_multiplexed_async_connection().await.expect("cluster node reachable")
+    common::plain_conn(&format!("redis://127.0.0.1:{port}")).await
 }
 
 /// How many `TRYAGAIN` replies the node gave since its stats were reset.

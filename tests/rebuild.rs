@@ -331,9 +331,7 @@ async fn lost_stages_are_never_renamed(url: &str) {
         tokio::spawn(async move {
             let mut conns = Vec::new();
             for node in &nodes {
-                conns.push(
-                    redis::Client::open(node.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap(),
-                );
+                conns.push(common::plain_conn(node).await);
             }
             while !stop.load(Ordering::Relaxed) && lost.load(Ordering::Relaxed) < 3 {
                 for conn in &mut conns {

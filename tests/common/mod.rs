@@ -100,8 +100,7 @@ pub async fn load_fixtures(cfg: &Config, dir: &Path) {
 
 /// The masters' `host:port` when `url` is a cluster node, else `None`.
 pub async fn cluster_masters(url: &str) -> Option<Vec<String>> {
-    let mut conn =
-        redis::Client::open(url).expect("url").get_multiplexed_async_connection().await.expect("redis reachable");
+    let mut conn = plain_conn(url).await;
     let info: String = redis::cmd("INFO").arg("cluster").query_async(&mut conn).await.expect("info");
     if !info.contains("cluster_enabled:1") {
         return None;
@@ -127,7 +126,27 @@ pub async fn redis_conn(url: &str) -> cachewright::sink::RedisConn {
         return cachewright::sink::RedisConn::cluster(url).await.expect("cluster reachable");
     }
     let client = redis::Client::open(url).expect("url");
-    cachewright::sink::RedisConn::Single(redis::aio::ConnectionManager::new(client).await.expect("redis reachable"))
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(PROBE_CONNECT))
+        .set_response_timeout(Some(PROBE_REPLY));
+    let manager = redis::aio::ConnectionManager::new_with_config(client, config).await.expect("redis reachable");
+    cachewright::sink::RedisConn::Single(manager)
+}
+
+/// The test's own connections wait longer than the driver's defaults (1 s
+/// to connect, 500 ms a reply): those suit a service, but a probe on a
+/// loaded 2-core CI machine, beside servers and parallel tests, must
+/// wait for its answer rather than fail on the machine's luck.
+const PROBE_CONNECT: std::time::Duration = std::time::Duration::from_secs(10);
+const PROBE_REPLY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A plain connection to one node, for the test's own reads.
+pub async fn plain_conn(url: &str) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(PROBE_CONNECT))
+        .set_response_timeout(Some(PROBE_REPLY));
+    let client = redis::Client::open(url).expect("url");
+    client.get_multiplexed_async_connection_with_config(&config).await.expect("redis reachable")
 }
 
 /// Every key under `prefix`, with contents and TTL (seconds, -1 = none),
@@ -142,8 +161,7 @@ pub async fn dump(url: &str, prefix: &str) -> BTreeMap<String, (Content, i64)> {
 }
 
 async fn dump_node(url: &str, prefix: &str) -> BTreeMap<String, (Content, i64)> {
-    let mut conn =
-        redis::Client::open(url).expect("url").get_multiplexed_async_connection().await.expect("redis reachable");
+    let mut conn = plain_conn(url).await;
     let mut keys: Vec<String> = Vec::new();
     let mut cursor: u64 = 0;
     loop {
@@ -391,8 +409,7 @@ pub async fn count_keys(url: &str, pattern: &str) -> usize {
     let nodes = node_urls(url).await;
     let mut count = 0;
     for node in nodes {
-        let mut conn =
-            redis::Client::open(node).expect("url").get_multiplexed_async_connection().await.expect("redis reachable");
+        let mut conn = plain_conn(&node).await;
         let mut cursor: u64 = 0;
         loop {
             let (next, batch): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")

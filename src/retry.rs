@@ -110,7 +110,7 @@ impl RetryPolicy {
         };
         attempt
             .retry(self.builder())
-            .sleep(tokio::time::sleep)
+            // Sleeps with tokio's timer (backon's `tokio-sleep` feature).
             .when(crate::sink::is_retriable)
             .notify(|err, delay| {
                 tracing::warn!(attempt = made.load(Relaxed), delay_ms = delay.as_millis() as u64, error = %err,

@@ -226,6 +226,7 @@ fn every_setting_works_as_flag_environment_and_file_key() {
             | "redis_db"
             | "home_limit"
             | "read_batch_size"
+            | "read_cursors"
             | "write_batch_ops"
             | "write_batch_cost"
             | "write_concurrency"

@@ -265,23 +265,84 @@ async fn readers_never_see_a_collection_key_missing_or_partial() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streaming_rebuild_writes_what_the_in_memory_planner_plans() {
-    let s = common::shared();
-    let name = common::unique("stream");
-    let cfg = common::TestEnv::named(&name).config();
+    let (cfg, source) = generated("stream", 1, 9).await;
+    rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild");
+    assert_redis_is_the_planners(&cfg, &source).await;
+}
+
+/// Reading the videos over `_id` ranges matches every document exactly
+/// once and writes what one cursor in natural order would; a string
+/// `_id` that writes the same id as an ObjectId keeps the read in
+/// natural order, so the first of the two stays the one kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_read_over_id_ranges_writes_what_the_planner_plans() {
+    use cachewright::source::ranges::VideoRead;
+    use mongodb::bson::{Document, doc};
+    let (cfg, source) = generated("ranges", 4, 11).await;
+    let videos = source.database().collection::<Document>(&cfg.collections.video);
+    // Ids that are not ObjectIds: a usable string and an unusable number.
+    let extra = [doc! { "_id": "clip-7", "title": "a", "listStatus": 1 }, doc! { "_id": 42, "title": "b" }];
+    videos.insert_many(extra).await.unwrap();
+    let total = videos.count_documents(doc! {}).await.unwrap();
+
+    let plan = source.plan_video_read(&cfg.collections.video, 4).await.unwrap();
+    let VideoRead::Ranges(filters) = &plan else { panic!("expected ranges, got {plan:?}") };
+    assert_eq!(filters.len(), 5, "four ObjectId ranges and one for every other id");
+    let mut seen = std::collections::HashSet::new();
+    for filter in filters {
+        let matched = videos.count_documents(filter.clone()).await.unwrap();
+        assert!(matched > 0, "{filter} matches nothing");
+        let ids: Vec<_> = videos.distinct("_id", filter.clone()).await.unwrap();
+        for id in ids {
+            assert!(seen.insert(id.to_string()), "{id} matched by two ranges");
+        }
+    }
+    assert_eq!(seen.len() as u64, total, "the ranges miss a document");
+
+    rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild");
+    assert_redis_is_the_planners(&cfg, &source).await;
+
+    // The twin of an existing ObjectId, as a string: natural order again.
+    let first = videos.find_one(doc! { "_id": { "$type": "objectId" } }).await.unwrap().unwrap();
+    let twin = first.get_object_id("_id").unwrap().to_hex();
+    videos.insert_one(doc! { "_id": &twin, "title": "twin", "listStatus": 1 }).await.unwrap();
+    let plan = source.plan_video_read(&cfg.collections.video, 4).await.unwrap();
+    assert!(matches!(plan, VideoRead::Natural(_)), "{plan:?}");
+    let summary = rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild");
+    let (_, report) = summary.collections.iter().find(|(name, _)| name == &cfg.collections.video).unwrap();
+    let repeats = &report.rejected[&cachewright::model::report::Reason::DuplicateId];
+    assert_eq!(repeats.samples, vec![twin.clone()], "the string twin, read second, is the one rejected");
+    assert_redis_is_the_planners(&cfg, &source).await;
+}
+
+/// A generated data set of 6,000 videos in a database of its own, and
+/// settings that read it with `cursors` cursors.
+async fn generated(
+    label: &str,
+    cursors: usize,
+    seed: u64,
+) -> (cachewright::config::Config, cachewright::source::Source) {
+    let mut cfg = common::TestEnv::named(&common::unique(label)).config();
+    cfg.read_cursors = cursors;
     let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let shape = cachewright::dev::generate::Shape { channels: 5, categories: 40, tags: 200, videos: 6000 };
-    cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, 9, |_| {}).await.unwrap();
-    rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild");
+    cachewright::dev::generate::generate(source.database(), &cfg.collections, shape, seed, |_| {}).await.unwrap();
+    (cfg, source)
+}
 
+/// The cache under `cfg.prefix` is what the in-memory planner makes of
+/// the collections as they are now.
+async fn assert_redis_is_the_planners(cfg: &cachewright::config::Config, source: &cachewright::source::Source) {
+    let s = common::shared();
     let c = &cfg.collections;
     let raw = source.read_four(&cfg.mongo()).await.unwrap();
-    let ctx = cachewright::rebuild::plan_ctx(&cfg, FamilySet::all());
+    let ctx = cachewright::rebuild::plan_ctx(cfg, FamilySet::all());
     let run = cachewright::plan::plan_in_memory(&ctx, c, &raw[0], &raw[1], &raw[2], &raw[3]);
     let dump = common::dump(&s.redis.url(), &cfg.prefix).await;
     let expected = common::render::render_ops(&run.ops).replace(&format!("\n{}", cfg.prefix), "\napp:");
     let expected = expected.strip_prefix(cfg.prefix.as_str()).map(|r| format!("app:{r}")).unwrap_or(expected);
     assert_eq!(dump.len(), run.ops.len());
-    assert!(common::render_dump(&dump, &cfg.prefix) == expected, "streamed rebuild differs from the planner");
+    assert!(common::render_dump(&dump, &cfg.prefix) == expected, "the rebuild differs from the planner");
     // Home sections hold at most the configured 3 newest.
     for (key, (content, _)) in &dump {
         if key.contains("video:list:home:") {

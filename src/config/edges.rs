@@ -51,6 +51,7 @@ pub struct MongoSettings {
     pub db: String,
     pub collections: Collections,
     pub read_batch_size: u32,
+    pub read_cursors: usize,
 }
 
 impl std::fmt::Debug for MongoSettings {
@@ -89,6 +90,7 @@ impl Config {
             db: self.mongodb_db.clone(),
             collections: self.collections.clone(),
             read_batch_size: self.read_batch_size,
+            read_cursors: self.read_cursors,
         }
     }
 }

@@ -112,6 +112,8 @@ pub struct Config {
     pub tag_search_lengths: Vec<usize>,
     pub home_limit: Option<usize>,
     pub read_batch_size: u32,
+    /// Cursors over the video collection (see [`crate::source::ranges`]).
+    pub read_cursors: usize,
     pub write_batch_ops: usize,
     /// The Redis cost (see [`crate::plan::Op::cost`]) one MULTI/EXEC
     /// batch may carry.
@@ -420,6 +422,7 @@ impl Config {
                 video: collection(raw.collection_video, "CACHEWRIGHT_COLLECTION_VIDEO")?,
             },
             read_batch_size: positive(raw.read_batch_size.map(u64::from), "CACHEWRIGHT_READ_BATCH_SIZE")? as u32,
+            read_cursors: positive(raw.read_cursors.map(|n| n as u64), "CACHEWRIGHT_READ_CURSORS")? as usize,
             write_batch_ops: positive(raw.write_batch_ops.map(|n| n as u64), "CACHEWRIGHT_WRITE_BATCH_OPS")? as usize,
             write_batch_cost: positive(raw.write_batch_cost.map(|n| n as u64), "CACHEWRIGHT_WRITE_BATCH_COST")?
                 as usize,

@@ -328,6 +328,11 @@ settings! {
         env: "CACHEWRIGHT_READ_BATCH_SIZE", key: "read_batch_size", default: "2000", shown: "",
         help: "MongoDB cursor batch size", hint: "use a positive number such as 2000",
     }
+    read_cursors: usize {
+        env: "CACHEWRIGHT_READ_CURSORS", key: "read_cursors", default: "1", shown: "",
+        help: "Cursors reading the video collection side by side over ObjectId _id ranges, plus one for every other _id (1: one cursor in natural order; see DEPLOYMENT.md before raising it)",
+        hint: "use a positive number such as 4",
+    }
     write_batch_ops: usize {
         env: "CACHEWRIGHT_WRITE_BATCH_OPS", key: "write_batch_ops", default: "1000", shown: "",
         help: "Keys per MULTI/EXEC batch", hint: "use a positive number such as 1000",

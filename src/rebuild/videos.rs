@@ -1,4 +1,5 @@
-//! The video stage: a reader task streams raw batches from the cursor while
+//! The video stage: a reader task streams raw batches from the cursors
+//! (one, or several over `_id` ranges: [`crate::source::ranges`]) while
 //! the previous batch is decoded (and its references resolved against the
 //! catalogue) with rayon on the blocking pool; per-video ops go straight to
 //! the writer and the compact [`VideoTable`] is kept for the index keys.
@@ -31,10 +32,15 @@ pub async fn read_videos(
     let collection = mongo.collections.video.clone();
     let estimate = source.estimated_count(&collection).await;
     let stage = progress.stage("reading videos", estimate);
-    let (raw_tx, mut raw_rx) = mpsc::channel::<Vec<RawDocumentBuf>>(4);
+    let plan = source.plan_video_read(&collection, mongo.read_cursors).await?;
+    plan.log(&collection);
+    // Room for a chunk from every cursor, so none waits on another.
+    let (raw_tx, mut raw_rx) = mpsc::channel::<Vec<RawDocumentBuf>>(4.max(plan.filters().len()));
     let reader = {
         let (source, batch_size) = (source.clone(), mongo.read_batch_size);
-        crate::tasks::spawn(async move { source.read_chunks(&collection, batch_size, DECODE_BATCH, raw_tx).await })
+        crate::tasks::spawn(async move {
+            source.read_video_chunks(&collection, &plan, batch_size, DECODE_BATCH, raw_tx).await
+        })
     };
 
     let want_detail = ctx.families.contains(FamilyId::VideoDetail);

@@ -1,9 +1,11 @@
 //! The MongoDB edge: connects, streams raw documents with tuned batch
 //! sizes, and says what went wrong in operator terms.
 
+pub mod ranges;
+
 use crate::config::{MongoSettings, redact_url, scrub};
 use futures::TryStreamExt;
-use mongodb::bson::{RawDocumentBuf, doc};
+use mongodb::bson::{Document, RawDocumentBuf, doc};
 use mongodb::options::ClientOptions;
 use mongodb::{Client, Cursor, Database};
 use std::time::Duration;
@@ -104,34 +106,95 @@ impl Source {
         &self.db
     }
 
-    /// Opens a cursor over a whole collection in natural order, as raw
-    /// BSON (decoding happens in the planner's threads, not the driver's).
-    pub async fn scan(&self, collection: &str, batch_size: u32) -> Result<Cursor<RawDocumentBuf>, SourceError> {
+    /// Opens a cursor over the documents `filter` matches, in natural
+    /// order, as raw BSON (decoding happens in the planner's threads, not
+    /// the driver's).
+    pub async fn scan(
+        &self,
+        collection: &str,
+        filter: Document,
+        batch_size: u32,
+    ) -> Result<Cursor<RawDocumentBuf>, SourceError> {
         self.db
             .collection::<RawDocumentBuf>(collection)
-            .find(doc! {})
+            .find(filter)
             .batch_size(batch_size)
             .await
-            .map_err(|source| SourceError::Read { collection: collection.to_string(), source })
+            .map_err(|source| read_error(collection, source))
     }
 
     /// Reads a whole (small) collection.
     pub async fn read_all(&self, collection: &str, batch_size: u32) -> Result<Vec<RawDocumentBuf>, SourceError> {
-        let cursor = self.scan(collection, batch_size).await?;
-        cursor.try_collect().await.map_err(|source| SourceError::Read { collection: collection.to_string(), source })
+        let cursor = self.scan(collection, doc! {}, batch_size).await?;
+        cursor.try_collect().await.map_err(|source| read_error(collection, source))
     }
 
-    /// Reads a whole collection in chunks of about `chunk` documents,
+    /// Decides how to read the video collection with `cursors` cursors
+    /// (see [`ranges`]): one in natural order when asked for one, when
+    /// the collection holds no ObjectId to cut, or when a string `_id`
+    /// could write the same id as an ObjectId; else ranges of ObjectIds
+    /// cut evenly between the smallest and the largest.
+    pub async fn plan_video_read(&self, collection: &str, cursors: usize) -> Result<ranges::VideoRead, SourceError> {
+        use ranges::VideoRead;
+        if cursors < 2 {
+            return Ok(VideoRead::Natural("one cursor configured"));
+        }
+        let coll = self.db.collection::<Document>(collection);
+        let lookalike = coll.find_one(ranges::lookalike_filter()).projection(doc! { "_id": 1 });
+        let end = |direction: i32| {
+            coll.find_one(doc! { "_id": { "$type": "objectId" } })
+                .sort(doc! { "_id": direction })
+                .projection(doc! { "_id": 1 })
+        };
+        let (lookalike, lo, hi) =
+            tokio::try_join!(lookalike.into_future(), end(1).into_future(), end(-1).into_future())
+                .map_err(|source| read_error(collection, source))?;
+        if lookalike.is_some() {
+            return Ok(VideoRead::Natural("a string _id looks like an ObjectId, so natural order decides repeats"));
+        }
+        let oid = |d: Option<Document>| d.and_then(|d| d.get_object_id("_id").ok());
+        let (Some(lo), Some(hi)) = (oid(lo), oid(hi)) else {
+            return Ok(VideoRead::Natural("no ObjectId _id to cut into ranges"));
+        };
+        Ok(VideoRead::Ranges(ranges::range_filters(&ranges::cut_points(&lo, &hi, cursors))))
+    }
+
+    /// Reads the video collection as `plan` says, every cursor in its
+    /// own task, into one stream of chunks (see [`Source::read_chunks`]).
+    pub async fn read_video_chunks(
+        &self,
+        collection: &str,
+        plan: &ranges::VideoRead,
+        batch_size: u32,
+        chunk: usize,
+        tx: tokio::sync::mpsc::Sender<Vec<RawDocumentBuf>>,
+    ) -> Result<(), SourceError> {
+        let readers = plan.filters().into_iter().map(|filter| {
+            let (source, collection, tx) = (self.clone(), collection.to_string(), tx.clone());
+            let reader =
+                crate::tasks::spawn(
+                    async move { source.read_chunks(&collection, filter, batch_size, chunk, tx).await },
+                );
+            async move { reader.await.unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic())) }
+        });
+        // The first error ends the read: the readers still going are
+        // aborted as their handles drop.
+        futures::future::try_join_all(readers).await?;
+        Ok(())
+    }
+
+    /// Reads the documents `filter` matches in chunks of about `chunk`,
     /// handed to `tx` as they fill, so the reader never holds the whole
     /// collection. Stops early, without error, when `tx` is closed.
     pub async fn read_chunks(
         &self,
         collection: &str,
+        filter: Document,
         batch_size: u32,
         chunk: usize,
         tx: tokio::sync::mpsc::Sender<Vec<RawDocumentBuf>>,
     ) -> Result<(), SourceError> {
-        let mut cursor = self.scan(collection, batch_size).await?;
+        let mut cursor = self.scan(collection, filter, batch_size).await?;
         let mut filling = Vec::with_capacity(chunk);
         while let Some(doc) = Source::next(&mut cursor, collection).await? {
             filling.push(doc);
@@ -148,14 +211,28 @@ impl Source {
     }
 
     /// Reads the four collections whole and concurrently: channels,
-    /// categories, tags, videos.
+    /// categories, tags, videos (with the configured cursors, so not
+    /// always in natural order; see [`ranges`]).
     pub async fn read_four(&self, settings: &MongoSettings) -> Result<[Vec<RawDocumentBuf>; 4], SourceError> {
         let (c, batch) = (&settings.collections, settings.read_batch_size);
+        let videos = async {
+            let plan = self.plan_video_read(&c.video, settings.read_cursors).await?;
+            let (tx, mut rx) = tokio::sync::mpsc::channel(plan.filters().len());
+            let gather = async {
+                let mut all = Vec::new();
+                while let Some(chunk) = rx.recv().await {
+                    all.extend(chunk);
+                }
+                all
+            };
+            let (read, all) = tokio::join!(self.read_video_chunks(&c.video, &plan, batch, 4096, tx), gather);
+            read.map(|()| all)
+        };
         let (channels, categories, tags, videos) = tokio::try_join!(
             self.read_all(&c.channel, batch),
             self.read_all(&c.category, batch),
             self.read_all(&c.tag, batch),
-            self.read_all(&c.video, batch),
+            videos,
         )?;
         Ok([channels, categories, tags, videos])
     }
@@ -168,11 +245,7 @@ impl Source {
     /// MongoDB's current cluster time (the `operationTime` of a ping): a
     /// change stream started at it misses nothing read after it.
     pub async fn cluster_time(&self) -> Result<mongodb::bson::Timestamp, SourceError> {
-        let reply = self
-            .db
-            .run_command(doc! { "ping": 1 })
-            .await
-            .map_err(|source| SourceError::Read { collection: "(ping)".into(), source })?;
+        let reply = self.db.run_command(doc! { "ping": 1 }).await.map_err(|source| read_error("(ping)", source))?;
         Ok(reply.get_timestamp("operationTime").unwrap_or(mongodb::bson::Timestamp { time: 0, increment: 0 }))
     }
 
@@ -181,8 +254,12 @@ impl Source {
         cursor: &mut Cursor<RawDocumentBuf>,
         collection: &str,
     ) -> Result<Option<RawDocumentBuf>, SourceError> {
-        cursor.try_next().await.map_err(|source| SourceError::Read { collection: collection.to_string(), source })
+        cursor.try_next().await.map_err(|source| read_error(collection, source))
     }
+}
+
+fn read_error(collection: &str, source: mongodb::error::Error) -> SourceError {
+    SourceError::Read { collection: collection.to_string(), source }
 }
 
 #[cfg(test)]

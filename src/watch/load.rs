@@ -37,7 +37,11 @@ pub(super) async fn load_state(source: &Source, mongo: &MongoSettings) -> Result
     })
     .await
     .map_err(internal)?;
-    let (tx, mut rx) = mpsc::channel(1);
+    // Read over `_id` ranges when the data allows (the same rule as the
+    // rebuild's: no two videos write one id, so order does not matter).
+    let plan = source.plan_video_read(&c.video, mongo.read_cursors).await?;
+    plan.log(&c.video);
+    let (tx, mut rx) = mpsc::channel(plan.filters().len());
     let filing = async {
         while let Some(chunk) = rx.recv().await {
             state = tokio::task::spawn_blocking(move || {
@@ -49,7 +53,7 @@ pub(super) async fn load_state(source: &Source, mongo: &MongoSettings) -> Result
         }
         Ok::<State, WatchError>(state)
     };
-    let (read, filed) = tokio::join!(source.read_chunks(&c.video, batch, CHUNK, tx), filing);
+    let (read, filed) = tokio::join!(source.read_video_chunks(&c.video, &plan, batch, CHUNK, tx), filing);
     read?;
     let mut state = filed?;
     tokio::task::spawn_blocking(move || {

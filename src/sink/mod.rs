@@ -424,11 +424,6 @@ impl Sink {
         crate::plan::TxBudget { max_keys: self.max_keys, max_cost }
     }
 
-    pub fn with_retry(mut self, retry: RetryPolicy) -> Sink {
-        self.retry = retry;
-        self
-    }
-
     pub fn connection(&self) -> RedisConn {
         self.conn.clone()
     }

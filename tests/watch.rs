@@ -315,7 +315,7 @@ async fn random_changes_equal_a_full_rebuild(setup: Setup, seeds: std::ops::Rang
         let name = common::unique("watchdiff");
         let prefix = format!("w{name}");
         let mut cfg = watch_env(&name, &prefix).redis(&url).config();
-        // A third of the seeds load the watcher's state over `_id` ranges
+        // Two seeds in three load the watcher's state over `_id` ranges
         // (the judge below reads in natural order).
         cfg.read_cursors = [1, 2, 3][seed as usize % 3];
         let mut d = data(&cfg, seed).await;

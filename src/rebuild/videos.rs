@@ -35,7 +35,7 @@ pub async fn read_videos(
     let plan = source.plan_video_read(&collection, mongo.read_cursors).await?;
     plan.log(&collection);
     // Room for a chunk from every cursor, so none waits on another.
-    let (raw_tx, mut raw_rx) = mpsc::channel::<Vec<RawDocumentBuf>>(4.max(plan.filters().len()));
+    let (raw_tx, mut raw_rx) = mpsc::channel::<Vec<RawDocumentBuf>>(4.max(plan.cursors()));
     let reader = {
         let (source, batch_size) = (source.clone(), mongo.read_batch_size);
         crate::tasks::spawn(async move {

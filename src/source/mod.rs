@@ -159,8 +159,9 @@ impl Source {
         Ok(VideoRead::Ranges(ranges::range_filters(&ranges::cut_points(&lo, &hi, cursors))))
     }
 
-    /// Reads the video collection as `plan` says, every cursor in its
-    /// own task, into one stream of chunks (see [`Source::read_chunks`]).
+    /// Reads the video collection as `plan` says into one stream of
+    /// chunks (see [`Source::read_chunks`]): the ObjectId ranges each in
+    /// its own task, side by side, then every other `_id`.
     pub async fn read_video_chunks(
         &self,
         collection: &str,
@@ -169,8 +170,11 @@ impl Source {
         chunk: usize,
         tx: tokio::sync::mpsc::Sender<Vec<RawDocumentBuf>>,
     ) -> Result<(), SourceError> {
-        let readers = plan.filters().into_iter().map(|filter| {
-            let (source, collection, tx) = (self.clone(), collection.to_string(), tx.clone());
+        let ranges::VideoRead::Ranges(ranges) = plan else {
+            return self.read_chunks(collection, doc! {}, batch_size, chunk, tx).await;
+        };
+        let readers = ranges.iter().map(|filter| {
+            let (source, collection, filter, tx) = (self.clone(), collection.to_string(), filter.clone(), tx.clone());
             let reader =
                 crate::tasks::spawn(
                     async move { source.read_chunks(&collection, filter, batch_size, chunk, tx).await },
@@ -180,7 +184,7 @@ impl Source {
         // The first error ends the read: the readers still going are
         // aborted as their handles drop.
         futures::future::try_join_all(readers).await?;
-        Ok(())
+        self.read_chunks(collection, ranges::others_filter(), batch_size, chunk, tx).await
     }
 
     /// Reads the documents `filter` matches in chunks of about `chunk`,
@@ -217,7 +221,7 @@ impl Source {
         let (c, batch) = (&settings.collections, settings.read_batch_size);
         let videos = async {
             let plan = self.plan_video_read(&c.video, settings.read_cursors).await?;
-            let (tx, mut rx) = tokio::sync::mpsc::channel(plan.filters().len());
+            let (tx, mut rx) = tokio::sync::mpsc::channel(plan.cursors());
             let gather = async {
                 let mut all = Vec::new();
                 while let Some(chunk) = rx.recv().await {

@@ -9,7 +9,7 @@
 //! collection holds no such string, no two documents share a written id
 //! and the order of the read is free: the ObjectIds are cut into ranges
 //! of their 12 bytes, read side by side, and every other `_id` is read
-//! by one more cursor. When such a string exists, the read stays one
+//! by one more cursor after them. When such a string exists, the read stays one
 //! cursor in natural order, so which twin is first stays exact.
 
 use mongodb::bson::{Document, doc, oid::ObjectId};
@@ -27,18 +27,17 @@ pub fn lookalike_filter() -> Document {
 pub enum VideoRead {
     /// One cursor in natural order, and why.
     Natural(&'static str),
-    /// One cursor per filter, read concurrently; together they match
-    /// every document exactly once.
+    /// One cursor per ObjectId range, read concurrently, then one over
+    /// [`others_filter`]: together they match every document once.
     Ranges(Vec<Document>),
 }
 
 impl VideoRead {
-    /// The filters of the cursors to open (an empty filter for the
-    /// natural-order read).
-    pub fn filters(&self) -> Vec<Document> {
+    /// How many cursors the read opens.
+    pub fn cursors(&self) -> usize {
         match self {
-            VideoRead::Natural(_) => vec![Document::new()],
-            VideoRead::Ranges(filters) => filters.clone(),
+            VideoRead::Natural(_) => 1,
+            VideoRead::Ranges(ranges) => ranges.len() + 1,
         }
     }
 
@@ -46,11 +45,17 @@ impl VideoRead {
     pub fn log(&self, collection: &str) {
         match self {
             VideoRead::Natural(why) => tracing::info!(collection, "reading with one cursor: {why}"),
-            VideoRead::Ranges(filters) => {
-                tracing::info!(collection, cursors = filters.len(), "reading over _id ranges")
-            }
+            VideoRead::Ranges(_) => tracing::info!(collection, cursors = self.cursors(), "reading over _id ranges"),
         }
     }
+}
+
+/// Every `_id` that is not an ObjectId: strings and unusable ids (which
+/// the run reports). Read after every range has ended, so that a string
+/// inserted during the read that repeats an ObjectId already there is
+/// claimed after it, as natural order would have it.
+pub fn others_filter() -> Document {
+    doc! { "_id": { "$not": { "$type": "objectId" } } }
 }
 
 fn to_int(id: &ObjectId) -> u128 {
@@ -83,14 +88,13 @@ pub fn cut_points(lo: &ObjectId, hi: &ObjectId, parts: usize) -> Vec<ObjectId> {
     cuts.into_iter().map(to_oid).collect()
 }
 
-/// The filters of a ranged read: one per ObjectId range between the cut
-/// points (the first and last open-ended, so ObjectIds inserted during
-/// the read still fall in a range), and one for every `_id` that is not
-/// an ObjectId (strings and unusable ids, which the run reports).
-/// A comparison with an ObjectId matches ObjectIds only (MongoDB
-/// compares within one type), so the ranges never overlap the last one.
+/// The filters of the ObjectId ranges between the cut points (the first
+/// and last open-ended, so ObjectIds inserted during the read still fall
+/// in a range). A comparison with an ObjectId matches ObjectIds only
+/// (MongoDB compares within one type), so no range overlaps
+/// [`others_filter`].
 pub fn range_filters(cuts: &[ObjectId]) -> Vec<Document> {
-    let mut filters = Vec::with_capacity(cuts.len() + 2);
+    let mut filters = Vec::with_capacity(cuts.len() + 1);
     let mut below: Option<&ObjectId> = None;
     for cut in cuts {
         filters.push(match below {
@@ -103,7 +107,6 @@ pub fn range_filters(cuts: &[ObjectId]) -> Vec<Document> {
         None => doc! { "_id": { "$type": "objectId" } },
         Some(from) => doc! { "_id": { "$gte": from } },
     });
-    filters.push(doc! { "_id": { "$not": { "$type": "objectId" } } });
     filters
 }
 
@@ -135,11 +138,11 @@ mod tests {
     fn filters_cover_the_ranges_and_every_other_id() {
         let cuts = [oid(10), oid(20)];
         let filters = range_filters(&cuts);
-        assert_eq!(filters.len(), 4);
+        assert_eq!(filters.len(), 3);
         assert_eq!(filters[0], doc! { "_id": { "$lt": oid(10) } });
         assert_eq!(filters[1], doc! { "_id": { "$gte": oid(10), "$lt": oid(20) } });
         assert_eq!(filters[2], doc! { "_id": { "$gte": oid(20) } });
-        assert_eq!(filters[3], doc! { "_id": { "$not": { "$type": "objectId" } } });
+        assert_eq!(others_filter(), doc! { "_id": { "$not": { "$type": "objectId" } } });
         assert_eq!(range_filters(&[])[0], doc! { "_id": { "$type": "objectId" } });
     }
 

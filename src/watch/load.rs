@@ -41,7 +41,7 @@ pub(super) async fn load_state(source: &Source, mongo: &MongoSettings) -> Result
     // rebuild's: no two videos write one id, so order does not matter).
     let plan = source.plan_video_read(&c.video, mongo.read_cursors).await?;
     plan.log(&c.video);
-    let (tx, mut rx) = mpsc::channel(plan.filters().len());
+    let (tx, mut rx) = mpsc::channel(plan.cursors());
     let filing = async {
         while let Some(chunk) = rx.recv().await {
             state = tokio::task::spawn_blocking(move || {

@@ -74,3 +74,45 @@ async fn mongodb_restart_while_a_cursor_is_open_is_survived() {
     let dump = common::dump(&redis.url(), &cfg.prefix).await;
     assert_eq!(common::render_dump(&dump, &cfg.prefix), common::expected_render(&cfg).await);
 }
+
+/// A video read split over `_id` ranges loses a connection mid-read: a
+/// proxy in front of MongoDB holds the first `getMore` of any range
+/// cursor and then cuts every connection (the server keeps its data and
+/// its cursors). That run fails with an error a retry may pass, and the
+/// run done again leaves the cache exactly as a fresh rebuild would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_cut_under_range_cursors_is_survived() {
+    use cachewright::source::ranges::VideoRead;
+    let s = common::shared();
+    let mongo_proxy = Proxy::start(s.mongo.port).await;
+    let name = common::unique("rangecut");
+    let mut cfg = common::TestEnv::named(&name).mongo(&mongo_proxy.mongo_uri()).config();
+    cfg.read_cursors = 3;
+    // Each range holds thousands of videos, more than one batch; the
+    // catalogue's collections fit in their first batch, so the first
+    // `getMore` on the wire is a range cursor's.
+    cfg.read_batch_size = 500;
+    common::generate(&cfg, 12_000, 5).await;
+    let source = cachewright::source::Source::connect(&cfg.mongo()).await.expect("mongo reachable");
+    let plan = source.plan_video_read(&cfg.collections.video, cfg.read_cursors).await.expect("plan the read");
+    assert!(matches!(plan, VideoRead::Ranges(_)), "the generated ids allow ranges: {plan:?}");
+    drop(source);
+
+    mongo_proxy.stall_on(b"getMore");
+    let run = {
+        let cfg = cfg.clone();
+        tokio::spawn(
+            async move { cachewright::rebuild::rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await },
+        )
+    };
+    tokio::time::timeout(Duration::from_secs(120), mongo_proxy.wait_stalled())
+        .await
+        .expect("a range cursor asked for more");
+    mongo_proxy.cut(false);
+    mongo_proxy.heal();
+    let err = run.await.unwrap().expect_err("the cut getMore fails the run");
+    assert!(err.is_retriable(), "a lost connection is worth another run: {err}");
+
+    rebuild_with_retries(&cfg, &RebuildOptions::full(), &Progress::hidden(), 4).await.expect("the run done again");
+    common::assert_exact_at(&s.redis.url(), &cfg).await;
+}

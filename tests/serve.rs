@@ -176,7 +176,9 @@ async fn half_open_connections_do_not_delay_readiness() {
             .await
             .expect("a readiness probe is answered despite 2,000 idle connections");
         assert_eq!(status, 200, "{body}");
-        assert!(started.elapsed() < Duration::from_secs(1), "probe took {:?}", started.elapsed());
+        // Well inside the 5 s header timeout: no idle connection had to
+        // time out to make room (the bound leaves a loaded CI machine slack).
+        assert!(started.elapsed() < Duration::from_millis(2500), "probe took {:?}", started.elapsed());
     }
     // The server closed the idle connections it evicted.
     let mut closed = 0;

@@ -224,7 +224,9 @@ pub async fn expected_render(cfg: &Config) -> String {
     use cachewright::plan::plan_in_memory;
     use cachewright::rebuild::plan_ctx;
     let source = cachewright::source::Source::connect(&cfg.mongo()).await.expect("mongo reachable");
-    let raw = source.read_four(&cfg.mongo()).await.expect("read the collections");
+    // The judge reads in natural order, however many cursors the run used.
+    let natural = cachewright::config::MongoSettings { read_cursors: 1, ..cfg.mongo() };
+    let raw = source.read_four(&natural).await.expect("read the collections");
     let ctx = plan_ctx(cfg, cachewright::plan::FamilySet::all());
     let run = plan_in_memory(&ctx, &cfg.collections, &raw[0], &raw[1], &raw[2], &raw[3]);
     render::render_ops(&run.ops).replace(&cfg.prefix, "app:")

@@ -256,14 +256,12 @@ async fn every_command_works_on_a_cluster() {
         })
     };
     let mut server = server;
-    let ready = async {
-        while common::http_get(addr, "/health/ready").await.0 != 200 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
+    let ready = common::wait_for("serve to answer /health/ready", Duration::from_secs(60), || async {
+        common::http_get(addr, "/health/ready").await.0 == 200
+    });
     tokio::select! {
         ended = &mut server => panic!("serve ended before it was ready: {:?}", ended.unwrap().err()),
-        ready = tokio::time::timeout(Duration::from_secs(60), ready) => ready.expect("serve ready within 60 s"),
+        () = ready => {}
     }
     let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     source

@@ -31,13 +31,13 @@ pub fn start(cfg: &Config) -> Watcher {
 /// Starts a watcher and waits until its streams are open.
 pub async fn start_streaming(cfg: &Config) -> Watcher {
     let watcher = start(cfg);
-    for _ in 0..1500 {
-        if watcher.metrics.streaming.load(std::sync::atomic::Ordering::Relaxed) {
-            return watcher;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("the watcher did not start streaming within 30s");
+    super::wait_for("the watcher to start streaming", Duration::from_secs(30), || {
+        // A watcher that failed at start says why now, not at the deadline.
+        assert!(!watcher.task.is_finished(), "the watcher ended before it streamed");
+        std::future::ready(watcher.metrics.streaming.load(std::sync::atomic::Ordering::Relaxed))
+    })
+    .await;
+    watcher
 }
 
 impl Watcher {

@@ -6,7 +6,9 @@
 # fresh data set, rebuilds it, then runs `cachewright-dev bench --watch`:
 # event-to-Redis latency at RATE changes/s for SECONDS, then the sustained
 # rate at which the streaming watcher applies a flood of the same mix
-# (sent as fast as MongoDB takes it), the members planning read per
+# (sent as fast as MongoDB takes it), the rate at which a watcher
+# drains a backlog already in its change streams (held back from it by a
+# forwarder while MongoDB took it), the members planning read per
 # change and the RSS while it did; then a restarted `cachewright watch`
 # alone: its load and its footprint.
 source "$(dirname "$0")/lib.sh"
@@ -35,6 +37,12 @@ print(f"  latency at {w['rate_per_s']}/s      p50 {w['latency_p50_ms']:.0f} ms, 
       f"(beyond the window p99 {w['beyond_window_p99_ms']:.0f} ms)")
 print(f"  sustained                {w['sustained_per_s']:.0f} changes/s ({w['sustained_updates']} in {w['sustained_seconds']:.1f} s; "
       f"MongoDB took them in {w['sent_seconds']:.1f} s)")
+d = w.get('drain')
+if d:
+    print(f"  drained                  {d['per_s']:.0f} changes/s ({d['changes']} in {d['seconds']:.2f} s, a backlog held "
+          f"back from the watcher while MongoDB took it in {d['sent_seconds']:.1f} s)")
+else:
+    print("  drained                  n/a (the drain phase needs a single-host mongodb:// URI)")
 print(f"  members read per change  {w['visited_per_change']:.1f}")
 print(f"  state CPU per change     {w['state_cpu_us_per_change']:.0f} µs (applying to the state and planning)")
 print(f"  watcher RSS              peak {w['peak_rss_mib']:.0f} MiB (while applying the flood), "

@@ -89,7 +89,8 @@ struct BenchArgs {
     /// Where to write the JSON result (stdout when absent)
     #[arg(long, value_name = "PATH")]
     out: Option<PathBuf>,
-    /// Benchmark the watcher instead: latency at --rate updates/s, then the sustained rate
+    /// Benchmark the watcher instead: latency at --rate updates/s, the sustained rate of a
+    /// flood, then the rate a watcher drains a backlog held back from it
     #[arg(long)]
     watch: bool,
     /// Video updates per second for the latency phase

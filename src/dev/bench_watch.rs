@@ -44,6 +44,22 @@ pub struct WatchBench {
     pub settled_rss_mib: f64,
     /// This process's peak over the whole run, the rebuild included.
     pub process_peak_rss_mib: f64,
+    /// How fast a watcher drains a backlog already in its change streams
+    /// (not limited by how fast MongoDB takes writes); `None` when the
+    /// MongoDB URI names what one forwarder cannot stand in for.
+    pub drain: Option<Drain>,
+}
+
+/// Phase 3's figures (see [`drain`]).
+#[derive(Debug, Serialize)]
+pub struct Drain {
+    /// Changes applied from the backlog.
+    pub changes: u64,
+    /// From the release to the last batch applied.
+    pub seconds: f64,
+    pub per_s: f64,
+    /// How long MongoDB took to take the backlog while the watcher waited.
+    pub sent_seconds: f64,
 }
 
 /// A line of this process's `/proc/self/status` in MiB: `VmHWM` (the
@@ -112,6 +128,7 @@ pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevR
     // Every change carries this run's nonce: an update that sets a value
     // the document already holds is a no-op MongoDB never reports, and a
     // repeated run would wait for events that never come.
+    let some_video = ids[0].clone();
     let mut changes = Changes::new(source.database(), &cfg.collections, mix, ids).await?;
 
     // Sent time of the latest update per video, and measured latencies.
@@ -180,34 +197,23 @@ pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevR
     }
     while inflight.next().await.is_some() {}
     let sent_seconds = started.elapsed().as_secs_f64();
-    let deadline = started + Duration::from_secs(120);
-    // Done when every change arrived, or when none has for 15 s (longer
-    // than any one batch takes): a change that turned out a no-op (a
-    // delete of a video already gone) never produces an event. The rate
-    // ends at the last batch applied.
-    let (mut applied, mut last_batch) = (0, started);
-    while applied < backlog && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        let now = metrics.total_applied() - base;
-        if now != applied {
-            (applied, last_batch) = (now, Instant::now());
-        } else if applied > 0 && last_batch.elapsed() > Duration::from_secs(15) {
-            break;
-        }
-    }
+    let (applied, last_batch) = until_applied(&metrics, base, backlog, started).await;
     let sustained_seconds = last_batch.duration_since(started).as_secs_f64().max(0.001);
     let settled_rss_mib = status_mib("VmRSS");
     stop_tx.cancel();
     watcher.await??;
     let visited = metrics.visited_videos.load(Ordering::Relaxed);
+    let (peak_rss_mib, process_peak_rss_mib) = (status_mib("VmHWM"), process_peak.max(status_mib("VmHWM")));
+    let applied_total = metrics.total_applied().max(1) as f64;
+    let drain = drain(cfg, &mut changes, &some_video, total + backlog, window).await?;
     Ok(WatchBench {
         mix,
-        visited_per_change: visited as f64 / metrics.total_applied().max(1) as f64,
-        state_cpu_us_per_change: metrics.state_cpu_us.load(Ordering::Relaxed) as f64
-            / metrics.total_applied().max(1) as f64,
-        peak_rss_mib: status_mib("VmHWM"),
+        visited_per_change: visited as f64 / applied_total,
+        state_cpu_us_per_change: metrics.state_cpu_us.load(Ordering::Relaxed) as f64 / applied_total,
+        peak_rss_mib,
         settled_rss_mib,
-        process_peak_rss_mib: process_peak.max(status_mib("VmHWM")),
+        process_peak_rss_mib,
+        drain,
         window_ms: window.as_millis() as u64,
         rate_per_s: rate,
         updates_sent: total,
@@ -220,4 +226,87 @@ pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevR
         sustained_per_s: applied as f64 / sustained_seconds,
         sent_seconds,
     })
+}
+
+/// Waits until `expected` changes past `base` are applied, and gives how
+/// many were and when the last batch was. Done when every change arrived,
+/// or when none has for 15 s (longer than any one batch takes): a change
+/// that turned out a no-op (a delete of a video already gone) never
+/// produces an event. Gives up 120 s after `started`.
+async fn until_applied(metrics: &WatchMetrics, base: u64, expected: u64, started: Instant) -> (u64, Instant) {
+    let deadline = started + Duration::from_secs(120);
+    let (mut applied, mut last_batch) = (0, started);
+    while applied < expected && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let now = metrics.total_applied() - base;
+        if now != applied {
+            (applied, last_batch) = (now, Instant::now());
+        } else if applied > 0 && last_batch.elapsed() > Duration::from_secs(15) {
+            break;
+        }
+    }
+    (applied, last_batch)
+}
+
+/// How long phase 3 lets the backlog build: well inside the driver's
+/// 10 s server monitoring timeout, which the held connections must not
+/// reach (a monitor that times out clears the pool and the watcher's
+/// streams reconnect, which is not what this phase measures).
+const BACKLOG_FOR: Duration = Duration::from_secs(5);
+
+/// Phase 3: the drain rate. A second watcher reads MongoDB through a
+/// forwarder ([`super::hold`]); once it streams, caught up, the forwarder
+/// holds its connections while the mix is sent for [`BACKLOG_FOR`], then
+/// releases them: the backlog is in the change streams at once, and the
+/// rate is the watcher's own (with the streams' reads), not MongoDB's
+/// pace of taking writes, which bounds phase 2 on a slow server.
+async fn drain(
+    cfg: &Config,
+    changes: &mut Changes,
+    some_video: &mongodb::bson::Bson,
+    first: u64,
+    window: Duration,
+) -> super::DevResult<Option<Drain>> {
+    use super::hold::{Hold, target, through};
+    let Some((host, port)) = target(&cfg.mongodb_uri) else {
+        tracing::warn!("the drain phase needs a single-host, non-TLS mongodb:// URI; skipped");
+        return Ok(None);
+    };
+    let hold = Hold::start(host, port).await?;
+    let mut held_cfg = cfg.clone();
+    held_cfg.mongodb_uri = through(&cfg.mongodb_uri, hold.port()).ok_or("the MongoDB URI cannot be forwarded")?;
+    let opts = WatchOptions { window, ..WatchOptions::default() };
+    let (stop, watcher, metrics) = spawn_streaming(&held_cfg, opts).await?;
+    // One change applied after the load: the streams are past it.
+    let videos = Source::connect(&cfg.mongo()).await?.database().collection::<Document>(&cfg.collections.video);
+    let nonce = format!("drain warm-up {}", chrono::Utc::now().timestamp_micros());
+    let before = metrics.total_applied();
+    videos.update_one(doc! { "_id": some_video }, doc! { "$set": { "title": nonce } }).await?;
+    if until_applied(&metrics, before, 1, Instant::now()).await.0 == 0 {
+        stop.cancel();
+        watcher.await??;
+        return Err("the drain phase's watcher did not apply its warm-up change within 120 s".into());
+    }
+
+    hold.hold();
+    let base = metrics.total_applied();
+    let started = Instant::now();
+    let mut inflight = futures::stream::FuturesUnordered::new();
+    let mut sent = 0;
+    while started.elapsed() < BACKLOG_FOR {
+        inflight.push(changes.next(first + sent).send());
+        sent += 1;
+        if inflight.len() >= 256 {
+            inflight.next().await;
+        }
+    }
+    while inflight.next().await.is_some() {}
+    let sent_seconds = started.elapsed().as_secs_f64();
+    let released = Instant::now();
+    hold.release();
+    let (applied, last_batch) = until_applied(&metrics, base, sent, released).await;
+    stop.cancel();
+    watcher.await??;
+    let seconds = last_batch.duration_since(released).as_secs_f64().max(0.001);
+    Ok(Some(Drain { changes: applied, seconds, per_s: applied as f64 / seconds, sent_seconds }))
 }

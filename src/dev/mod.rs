@@ -11,6 +11,7 @@ pub mod bench_watch;
 pub mod change_mix;
 pub mod fixtures;
 pub mod generate;
+pub mod hold;
 
 use crate::config::Config;
 

@@ -3,7 +3,6 @@
 
 mod common;
 
-use cachewright::plan::FamilySet;
 use cachewright::progress::Progress;
 use cachewright::rebuild::{RebuildOptions, rebuild};
 use cachewright::registry::{FamilyId, Registry};
@@ -265,9 +264,9 @@ async fn readers_never_see_a_collection_key_missing_or_partial() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streaming_rebuild_writes_what_the_in_memory_planner_plans() {
-    let (cfg, source) = generated("stream", 1, 9).await;
+    let (cfg, _) = generated("stream", 1, 9).await;
     rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild");
-    assert_redis_is_the_planners(&cfg, &source).await;
+    assert_redis_is_the_planners(&cfg).await;
 }
 
 /// Reading the videos over `_id` ranges matches every document exactly
@@ -302,7 +301,7 @@ async fn a_rebuild_read_over_id_ranges_writes_what_the_planner_plans() {
     assert_eq!(seen.len() as u64, total, "the ranges miss a document");
 
     rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild");
-    assert_redis_is_the_planners(&cfg, &source).await;
+    assert_redis_is_the_planners(&cfg).await;
 
     // The twin of an existing ObjectId, as a string: natural order again.
     let first = videos.find_one(doc! { "_id": { "$type": "objectId" } }).await.unwrap().unwrap();
@@ -314,7 +313,7 @@ async fn a_rebuild_read_over_id_ranges_writes_what_the_planner_plans() {
     let (_, report) = summary.collections.iter().find(|(name, _)| name == &cfg.collections.video).unwrap();
     let repeats = &report.rejected[&cachewright::model::report::Reason::DuplicateId];
     assert_eq!(repeats.samples, vec![twin.clone()], "the string twin, read second, is the one rejected");
-    assert_redis_is_the_planners(&cfg, &source).await;
+    assert_redis_is_the_planners(&cfg).await;
 }
 
 /// A generated data set of 6,000 videos in a database of its own, and
@@ -334,18 +333,13 @@ async fn generated(
 
 /// The cache under `cfg.prefix` is what the in-memory planner makes of
 /// the collections as they are now.
-async fn assert_redis_is_the_planners(cfg: &cachewright::config::Config, source: &cachewright::source::Source) {
+async fn assert_redis_is_the_planners(cfg: &cachewright::config::Config) {
     let s = common::shared();
-    let c = &cfg.collections;
-    // The judge reads in natural order, whatever the run used.
-    let natural = cachewright::config::MongoSettings { read_cursors: 1, ..cfg.mongo() };
-    let raw = source.read_four(&natural).await.unwrap();
-    let ctx = cachewright::rebuild::plan_ctx(cfg, FamilySet::all());
-    let run = cachewright::plan::plan_in_memory(&ctx, c, &raw[0], &raw[1], &raw[2], &raw[3]);
+    let ops = common::planned_ops(cfg).await;
     let dump = common::dump(&s.redis.url(), &cfg.prefix).await;
-    let expected = common::render::render_ops(&run.ops).replace(&format!("\n{}", cfg.prefix), "\napp:");
+    let expected = common::render::render_ops(&ops).replace(&format!("\n{}", cfg.prefix), "\napp:");
     let expected = expected.strip_prefix(cfg.prefix.as_str()).map(|r| format!("app:{r}")).unwrap_or(expected);
-    assert_eq!(dump.len(), run.ops.len());
+    assert_eq!(dump.len(), ops.len());
     assert!(common::render_dump(&dump, &cfg.prefix) == expected, "the rebuild differs from the planner");
     // Home sections hold at most the configured 3 newest.
     for (key, (content, _)) in &dump {

@@ -218,9 +218,9 @@ pub fn render_dump(dump: &BTreeMap<String, (Content, i64)>, prefix: &str) -> Str
     )
 }
 
-/// What a fresh full rebuild of MongoDB's current state writes, rendered
-/// like [`render_dump`].
-pub async fn expected_render(cfg: &Config) -> String {
+/// What the in-memory planner makes of MongoDB's current state: every
+/// key a fresh full rebuild writes.
+pub async fn planned_ops(cfg: &Config) -> Vec<cachewright::plan::Op> {
     use cachewright::plan::plan_in_memory;
     use cachewright::rebuild::plan_ctx;
     let source = cachewright::source::Source::connect(&cfg.mongo()).await.expect("mongo reachable");
@@ -228,8 +228,13 @@ pub async fn expected_render(cfg: &Config) -> String {
     let natural = cachewright::config::MongoSettings { read_cursors: 1, ..cfg.mongo() };
     let raw = source.read_four(&natural).await.expect("read the collections");
     let ctx = plan_ctx(cfg, cachewright::plan::FamilySet::all());
-    let run = plan_in_memory(&ctx, &cfg.collections, &raw[0], &raw[1], &raw[2], &raw[3]);
-    render::render_ops(&run.ops).replace(&cfg.prefix, "app:")
+    plan_in_memory(&ctx, &cfg.collections, &raw[0], &raw[1], &raw[2], &raw[3]).ops
+}
+
+/// What a fresh full rebuild of MongoDB's current state writes, rendered
+/// like [`render_dump`].
+pub async fn expected_render(cfg: &Config) -> String {
+    render::render_ops(&planned_ops(cfg).await).replace(&cfg.prefix, "app:")
 }
 
 /// Panics with a diff unless the cache under `cfg`'s prefix at `url`

@@ -8,5 +8,6 @@ pub mod decode;
 pub mod id;
 pub mod json;
 pub mod num;
+pub mod plain;
 pub mod report;
 pub mod video;

@@ -187,25 +187,22 @@ mod tests {
         .unwrap();
         let bytes = base.as_bytes();
         let (mut plain, mut kept, mut rejected) = (0, 0, 0);
-        for at in 4..bytes.len() - 1 {
-            for byte in [0x00, 0x01, 0x02, 0x03, 0x04, 0x08, 0x10, 0x7f, 0xc0, 0xff] {
-                let mut corrupt = bytes.to_vec();
-                corrupt[at] = byte;
-                let doc = RawDocument::from_bytes(&corrupt).unwrap();
-                let Ok(id) = super::super::decode::doc_id(doc) else { continue };
-                let decode = |want_detail| {
-                    let mut refs = RefReport::default();
-                    let video = decode_video(doc, id.clone(), &mut refs, want_detail)
-                        .map(|v| (v.active, v.added_ms, v.category_ids, v.tag_ids));
-                    (video, refs.unusable)
-                };
-                let (with, without) = (decode(true), decode(false));
-                assert_eq!(with, without, "byte {at} set to {byte:#x}");
-                plain += usize::from(crate::model::plain::is_plain(&corrupt));
-                match with.0 {
-                    Ok(_) => kept += 1,
-                    Err(_) => rejected += 1,
-                }
+        let values = [0x00, 0x01, 0x02, 0x03, 0x04, 0x08, 0x10, 0x7f, 0xc0, 0xff];
+        for (at, byte, corrupt) in crate::model::corrupted(bytes, &values) {
+            let doc = RawDocument::from_bytes(&corrupt).unwrap();
+            let Ok(id) = super::super::decode::doc_id(doc) else { continue };
+            let decode = |want_detail| {
+                let mut refs = RefReport::default();
+                let video = decode_video(doc, id.clone(), &mut refs, want_detail)
+                    .map(|v| (v.active, v.added_ms, v.category_ids, v.tag_ids));
+                (video, refs.unusable)
+            };
+            let (with, without) = (decode(true), decode(false));
+            assert_eq!(with, without, "byte {at} set to {byte:#x}");
+            plain += usize::from(crate::model::plain::is_plain(&corrupt));
+            match with.0 {
+                Ok(_) => kept += 1,
+                Err(_) => rejected += 1,
             }
         }
         assert!(plain > 300 && kept > 300 && rejected > 100, "{plain} plain, {kept} kept, {rejected} rejected");

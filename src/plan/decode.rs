@@ -11,7 +11,7 @@ use crate::model::decode::{self, Intake, doc_id};
 use crate::model::report::{CollectionReport, RefReport, Rejection};
 use crate::model::video::{VideoDoc, decode_video};
 use crate::registry::FamilyId;
-use mongodb::bson::RawDocumentBuf;
+use mongodb::bson::{RawDocument, RawDocumentBuf};
 use rayon::prelude::*;
 
 /// Decodes the three catalogue collections (in cursor order).
@@ -50,10 +50,14 @@ pub struct DecodedVideo {
 }
 
 /// Decodes a batch of videos in parallel (rayon).
-pub fn decode_videos(batch: &[RawDocumentBuf], catalog: &Catalog, want_detail: bool) -> Vec<DecodedVideo> {
+pub fn decode_videos<D>(batch: &[D], catalog: &Catalog, want_detail: bool) -> Vec<DecodedVideo>
+where
+    D: AsRef<RawDocument> + Sync,
+{
     batch
         .par_iter()
         .map(|raw| {
+            let raw = raw.as_ref();
             let id = doc_id(raw);
             let mut refs = RefReport::default();
             let video = id.clone().and_then(|id| decode_video(raw, id, &mut refs, want_detail));

@@ -13,8 +13,7 @@ use crate::plan::index::VideoTable;
 use crate::plan::{Op, PlanCtx};
 use crate::progress::Progress;
 use crate::registry::FamilyId;
-use crate::source::Source;
-use mongodb::bson::RawDocumentBuf;
+use crate::source::{RawChunk, Source};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -35,7 +34,7 @@ pub async fn read_videos(
     let plan = source.plan_video_read(&collection, mongo.read_cursors).await?;
     plan.log(&collection);
     // Room for a chunk from every cursor, so none waits on another.
-    let (raw_tx, mut raw_rx) = mpsc::channel::<Vec<RawDocumentBuf>>(4.max(plan.cursors()));
+    let (raw_tx, mut raw_rx) = mpsc::channel::<RawChunk>(4.max(plan.cursors()));
     let reader = {
         let (source, batch_size) = (source.clone(), mongo.read_batch_size);
         crate::tasks::spawn(async move {
@@ -51,7 +50,7 @@ pub async fn read_videos(
     let mut writer_alive = true;
     while let Some(batch) = raw_rx.recv().await {
         let decoding = catalog.clone();
-        let decoded = tokio::task::spawn_blocking(move || decode_videos(&batch, &decoding, want_detail)).await?;
+        let decoded = tokio::task::spawn_blocking(move || decode_videos(&batch.docs(), &decoding, want_detail)).await?;
         stage.inc(decoded.len() as u64);
         let mut ops = Vec::with_capacity(decoded.len() * 2);
         admit_videos(decoded, &mut intake, &mut table, &catalog, &ctx, &mut ops);

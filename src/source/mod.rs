@@ -1,7 +1,10 @@
 //! The MongoDB edge: connects, streams raw documents with tuned batch
 //! sizes, and says what went wrong in operator terms.
 
+mod chunk;
 pub mod ranges;
+
+pub use chunk::RawChunk;
 
 use crate::config::{MongoSettings, redact_url, scrub};
 use futures::TryStreamExt;
@@ -27,6 +30,8 @@ pub enum SourceError {
         #[source]
         source: mongodb::error::Error,
     },
+    #[error("reading MongoDB collection {collection} failed: the server's reply is malformed ({reason})")]
+    Reply { collection: String, reason: &'static str },
 }
 
 /// Server error codes a restart, a fail-over or a network cut produces:
@@ -64,6 +69,8 @@ impl SourceError {
         let source = match self {
             SourceError::Connect { cause, .. } => cause,
             SourceError::Read { source, .. } => source,
+            // What the server sent would be sent again.
+            SourceError::Reply { .. } => return false,
         };
         is_retriable(source)
     }
@@ -168,7 +175,7 @@ impl Source {
         plan: &ranges::VideoRead,
         batch_size: u32,
         chunk: usize,
-        tx: tokio::sync::mpsc::Sender<Vec<RawDocumentBuf>>,
+        tx: tokio::sync::mpsc::Sender<RawChunk>,
     ) -> Result<(), SourceError> {
         let ranges::VideoRead::Ranges(ranges) = plan else {
             return self.read_chunks(collection, doc! {}, batch_size, chunk, tx).await;
@@ -187,24 +194,25 @@ impl Source {
         self.read_chunks(collection, ranges::others_filter(), batch_size, chunk, tx).await
     }
 
-    /// Reads the documents `filter` matches in chunks of about `chunk`,
-    /// handed to `tx` as they fill, so the reader never holds the whole
-    /// collection. Stops early, without error, when `tx` is closed.
+    /// Reads the documents `filter` matches in chunks of at least `chunk`
+    /// (whole cursor replies), handed to `tx` as they fill, so the reader
+    /// never holds the whole collection. Stops early, without error, when
+    /// `tx` is closed.
     pub async fn read_chunks(
         &self,
         collection: &str,
         filter: Document,
         batch_size: u32,
         chunk: usize,
-        tx: tokio::sync::mpsc::Sender<Vec<RawDocumentBuf>>,
+        tx: tokio::sync::mpsc::Sender<RawChunk>,
     ) -> Result<(), SourceError> {
-        let mut cursor = self.scan(collection, filter, batch_size).await?;
-        let mut filling = Vec::with_capacity(chunk);
-        while let Some(doc) = Source::next(&mut cursor, collection).await? {
-            filling.push(doc);
-            if filling.len() >= chunk
-                && tx.send(std::mem::replace(&mut filling, Vec::with_capacity(chunk))).await.is_err()
-            {
+        let coll = self.db.collection::<RawDocumentBuf>(collection);
+        let find = coll.find(filter).batch_size(batch_size).batch();
+        let mut cursor = find.await.map_err(|source| read_error(collection, source))?;
+        let mut filling = RawChunk::default();
+        while let Some(reply) = cursor.try_next().await.map_err(|source| read_error(collection, source))? {
+            filling.push(reply, collection)?;
+            if filling.len() >= chunk && tx.send(std::mem::take(&mut filling)).await.is_err() {
                 return Ok(());
             }
         }
@@ -221,11 +229,11 @@ impl Source {
         let (c, batch) = (&settings.collections, settings.read_batch_size);
         let videos = async {
             let plan = self.plan_video_read(&c.video, settings.read_cursors).await?;
-            let (tx, mut rx) = tokio::sync::mpsc::channel(plan.cursors());
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<RawChunk>(plan.cursors());
             let gather = async {
                 let mut all = Vec::new();
                 while let Some(chunk) = rx.recv().await {
-                    all.extend(chunk);
+                    all.extend(chunk.docs().into_iter().map(ToOwned::to_owned));
                 }
                 all
             };

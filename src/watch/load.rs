@@ -10,12 +10,13 @@ use crate::plan::PlanCtx;
 use crate::sink::Sink;
 use crate::source::Source;
 use mongodb::change_stream::event::ResumeToken;
+use std::sync::Arc;
 use tokio::sync::mpsc;
 
 /// Loads the state: the catalogue whole, then the videos streamed in
-/// chunks. The cursor fills the next chunk while a blocking thread
-/// decodes and files the previous one, so the raw documents in memory
-/// are a few chunks, never the collection.
+/// chunks. The cursor fills the next chunk while the previous ones are
+/// decoded and filed, so the raw documents in memory are a few chunks,
+/// never the collection.
 pub(super) async fn load_state(source: &Source, mongo: &MongoSettings) -> Result<State, WatchError> {
     const CHUNK: usize = 2048;
     let (c, batch) = (&mongo.collections, mongo.read_batch_size);
@@ -41,11 +42,29 @@ pub(super) async fn load_state(source: &Source, mongo: &MongoSettings) -> Result
     // rebuild's: no two videos write one id, so order does not matter).
     let plan = source.plan_video_read(&c.video, mongo.read_cursors).await?;
     plan.log(&c.video);
-    let (tx, mut rx) = mpsc::channel(plan.cursors());
-    let filing = async {
+    // Three stages overlap: the cursor reads chunk n+2 while the rayon
+    // workers decode chunk n+1 and a blocking thread files chunk n. The
+    // decoders look references up in a copy of the catalogue's symbols
+    // (filing interns the rest), so they need no access to the state.
+    let syms = Arc::new(state.syms.clone());
+    let (tx, mut rx) = mpsc::channel::<crate::source::RawChunk>(plan.cursors());
+    let (decoded_tx, mut decoded_rx) = mpsc::channel(1);
+    let decoding = async move {
         while let Some(chunk) = rx.recv().await {
+            let syms = Arc::clone(&syms);
+            let decoded = tokio::task::spawn_blocking(move || State::decode_videos(&syms, &chunk.docs()))
+                .await
+                .map_err(internal)?;
+            if decoded_tx.send(decoded).await.is_err() {
+                break;
+            }
+        }
+        Ok::<(), WatchError>(())
+    };
+    let filing = async {
+        while let Some(decoded) = decoded_rx.recv().await {
             state = tokio::task::spawn_blocking(move || {
-                state.load_videos(chunk);
+                state.file_videos(decoded);
                 state
             })
             .await
@@ -53,7 +72,9 @@ pub(super) async fn load_state(source: &Source, mongo: &MongoSettings) -> Result
         }
         Ok::<State, WatchError>(state)
     };
-    let (read, filed) = tokio::join!(source.read_video_chunks(&c.video, &plan, batch, CHUNK, tx), filing);
+    let (read, decoded, filed) =
+        tokio::join!(source.read_video_chunks(&c.video, &plan, batch, CHUNK, tx), decoding, filing);
+    decoded?;
     read?;
     let mut state = filed?;
     tokio::task::spawn_blocking(move || {

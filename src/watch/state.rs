@@ -23,7 +23,7 @@ use crate::model::video::{VideoDoc, decode_video};
 use crate::plan::category::Derived;
 use crate::registry::{FamilyId, Scope};
 use indexmap::IndexMap;
-use mongodb::bson::{Bson, RawDocumentBuf};
+use mongodb::bson::{Bson, RawDocument, RawDocumentBuf};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeSet, HashMap};
 
@@ -404,17 +404,25 @@ impl State {
     /// document of a written id owns it, as in a rebuild. The raw
     /// documents are dropped here; the load never holds them all.
     pub fn load_videos(&mut self, docs: Vec<RawDocumentBuf>) {
+        let decoded = State::decode_videos(&self.syms, &docs);
+        drop(docs);
+        self.file_videos(decoded);
+    }
+
+    /// The parallel half of [`State::load_videos`], which needs no state:
+    /// the load decodes the next chunk while the previous one is filed.
+    /// `syms` may be any earlier copy of the state's table (the load
+    /// passes the catalogue's): a reference it lacks is interned when
+    /// filed, and interning gives a text the symbol it already has.
+    pub fn decode_videos<D: AsRef<RawDocument> + Sync>(syms: &Syms, docs: &[D]) -> DecodedVideos {
         use rayon::prelude::*;
-        // Everything but filing runs in parallel, interning included: the
-        // catalogue's ids are interned already (see `State::new`), so only
-        // a reference to an id the catalogue lacks is left to intern here.
-        let syms = &self.syms;
         let look = |ids: Vec<String>| -> Vec<Result<Sym, String>> {
             ids.into_iter().map(|id| syms.get(&id).ok_or(id)).collect()
         };
-        let decoded: Vec<_> = docs
+        let decoded = docs
             .par_iter()
             .map(|doc| {
+                let doc = doc.as_ref();
                 let (key, raw_id) = (raw_id_key(doc)?, doc.get("_id").ok().flatten()?);
                 let raw_id: Bson = raw_id.to_raw_bson().try_into().unwrap_or(Bson::Null);
                 let written = written_of(&raw_id);
@@ -423,8 +431,13 @@ impl State {
                 Some((key, raw_id, written, refs))
             })
             .collect();
-        drop(docs);
-        for (key, raw_id, written, refs) in decoded.into_iter().flatten() {
+        DecodedVideos(decoded)
+    }
+
+    /// The serial half of [`State::load_videos`]: files decoded videos in
+    /// their cursor order.
+    pub fn file_videos(&mut self, decoded: DecodedVideos) {
+        for (key, raw_id, written, refs) in decoded.0.into_iter().flatten() {
             let mut intern = |refs: Vec<Result<Sym, String>>| -> Vec<Sym> {
                 refs.into_iter().map(|r| r.unwrap_or_else(|id| self.syms.intern(&id))).collect()
             };
@@ -802,12 +815,21 @@ impl State {
 }
 
 /// The written id of a document's `_id`, when usable.
+/// A chunk of the load's videos, decoded and not yet filed: each
+/// document's key, `_id`, written id and, when it decoded, its flag, time
+/// and references (a symbol, or the text of one the decoder's table
+/// lacked).
+#[derive(Debug)]
+pub struct DecodedVideos(Vec<Option<DecodedVideo>>);
+
+type DecodedVideo = (IdKey, Bson, Option<Wid>, Option<(bool, i64, Vec<Result<Sym, String>>, Vec<Result<Sym, String>>)>);
+
 fn written_of(raw_id: &Bson) -> Option<Wid> {
     crate::model::id::written_id(raw_id).map(|w| Wid::new(&w))
 }
 
 /// Decodes a video document (the same decoder a rebuild uses).
-fn decode(doc: &RawDocumentBuf, want_detail: bool) -> (Result<VideoDoc, Rejection>, Option<Rejection>) {
+fn decode(doc: &RawDocument, want_detail: bool) -> (Result<VideoDoc, Rejection>, Option<Rejection>) {
     let result = doc_id(doc).and_then(|id| decode_video(doc, id, &mut RefReport::default(), want_detail));
     let rejected = result.as_ref().err().cloned();
     (result, rejected)
@@ -885,5 +907,40 @@ mod tests {
         // remembered of it then must not stand in for it now.
         state.apply(remove());
         assert_eq!(name(&state).as_deref(), Some("Repeat"));
+    }
+
+    #[test]
+    fn decoding_with_an_older_symbol_table_files_the_same_references() {
+        use mongodb::bson::doc;
+        // The load decodes a chunk with the catalogue's symbols while the
+        // chunk before it is filed, which may intern a dangling reference
+        // the copy lacks: filing must give it the symbol it already has.
+        let raw = |d: mongodb::bson::Document| RawDocumentBuf::from_document(&d).unwrap();
+        let names = Collections { channel: "ch".into(), category: "cat".into(), tag: "tag".into(), video: "v".into() };
+        let category = raw(doc! { "_id": "c1", "name": "C", "seq": 1, "status": 1 });
+        let video = |id: &str| {
+            raw(
+                doc! { "_id": id, "title": id, "listStatus": 1, "categoryIds": ["c1", "gone"], "tagIds": ["t-gone", "gone"] },
+            )
+        };
+        let mut state = State::new(&names, vec![], vec![category], vec![]);
+        let catalog_syms = state.syms.clone();
+        state.file_videos(State::decode_videos(&catalog_syms, &[video("v1")]));
+        let later = State::decode_videos(&catalog_syms, &[video("v2")]);
+        assert!(catalog_syms.get("gone").is_none() && state.syms.get("gone").is_some());
+        state.file_videos(later);
+        let refs = |state: &State, id: &str| {
+            let doc = state
+                .videos
+                .doc(state.videos.find(&crate::watch::model::id_key(&Bson::String(id.into()))).unwrap())
+                .unwrap();
+            (doc.cats.to_vec(), doc.tags.to_vec())
+        };
+        assert_eq!(refs(&state, "v1"), refs(&state, "v2"));
+        let (cats, tags) = refs(&state, "v2");
+        assert_eq!(
+            cats.iter().chain(&tags).map(|&s| state.name(s)).collect::<Vec<_>>(),
+            ["c1", "gone", "t-gone", "gone"]
+        );
     }
 }

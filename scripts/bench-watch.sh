@@ -51,25 +51,8 @@ PY
 # The restarted watcher's load (it resumes from tokens, so no rebuild).
 LOAD_MS=$(sed 's/\x1b\[[0-9;]*m//g' "$OUT/watch.log" | grep -o 'load_ms=[0-9]*' | tail -1 | cut -d= -f2)
 echo "  state load on restart    ${LOAD_MS:-?} ms"
-# The watcher's own footprint, as deployed: `cachewright watch` in a
-# process of its own resumes from the saved tokens (no rebuild), loads its
-# state and catches up; its peak and settled resident memory are read
-# from /proc once the streams caught up. It runs with the image's
-# allocator setting (Dockerfile, MIMALLOC_ARENA_EAGER_COMMIT).
-MIMALLOC_ARENA_EAGER_COMMIT=0 "$ROOT/target/release/cachewright" watch >"$OUT/watch-alone.log" 2>&1 &
-WATCH_PID=$!
-CAUGHT_UP=""
-for _ in $(seq 1 600); do
-  if grep -q "caught up with the loaded documents" "$OUT/watch-alone.log"; then CAUGHT_UP=1; break; fi
-  kill -0 "$WATCH_PID" 2>/dev/null || break
-  sleep 0.1
-done
-if [ -z "$CAUGHT_UP" ]; then
-  kill -TERM "$WATCH_PID" 2>/dev/null; wait "$WATCH_PID" 2>/dev/null || true
-  die "cachewright watch did not catch up within 60 s; see $OUT/watch-alone.log"
-fi
-HWM=$(awk '/VmHWM/ {print int($2/1024)}' "/proc/$WATCH_PID/status" 2>/dev/null)
-RSS=$(awk '/VmRSS/ {print int($2/1024)}' "/proc/$WATCH_PID/status" 2>/dev/null)
-kill -TERM "$WATCH_PID" 2>/dev/null; wait "$WATCH_PID" 2>/dev/null || true
+# The watcher's own footprint, as deployed (see watch_alone).
+ALONE=$(watch_alone "$ROOT/target/release/cachewright" "$OUT/watch-alone.log")
+read -r _ HWM RSS _ <<<"$ALONE"
 PER_VIDEO=$(python3 -c "print(round(${RSS:-0} * 1048576 / $VIDEOS))")
 echo "  cachewright watch alone  peak ${HWM:-?} MiB, settled ${RSS:-?} MiB (about $PER_VIDEO bytes per video)"

@@ -153,6 +153,33 @@ bench_setup() {
   export CACHEWRIGHT_PREFIX="app:"
 }
 
+# Runs `$1 watch` in a process of its own, as deployed (the image's
+# allocator setting: Dockerfile, MIMALLOC_ARENA_EAGER_COMMIT), logging to
+# $2. It resumes from the saved tokens (no rebuild), loads its state and
+# catches up; once the streams caught up, prints its load time (ms, from
+# its log), peak and settled RSS (MiB) and CPU (s) from /proc, and stops
+# it.
+watch_alone() {
+  local binary=$1 log=$2 pid caught="" load hwm rss cpu
+  MIMALLOC_ARENA_EAGER_COMMIT=0 "$binary" watch >"$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 1200); do
+    if grep -q "caught up with the loaded documents" "$log"; then caught=1; break; fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -z "$caught" ]; then
+    kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
+    die "$binary watch did not catch up within 120 s; see $log"
+  fi
+  hwm=$(awk '/VmHWM/ {print int($2/1024)}' "/proc/$pid/status" 2>/dev/null)
+  rss=$(awk '/VmRSS/ {print int($2/1024)}' "/proc/$pid/status" 2>/dev/null)
+  cpu=$(awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$pid/stat" 2>/dev/null)
+  kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
+  load=$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -o 'load_ms=[0-9]*' | tail -1 | cut -d= -f2)
+  echo "${load:-?} ${hwm:-?} ${rss:-?} ${cpu:-?}"
+}
+
 start_bench_servers() {
   local setup=$1
   MONGO_PORT=27117

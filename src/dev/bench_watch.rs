@@ -1,5 +1,6 @@
 //! The watcher benchmark (`cachewright bench --watch`): event-to-Redis
-//! latency at a steady update rate, the sustained rate of video updates
+//! latency at a steady update rate (and how much of it is MongoDB's own
+//! delivery of the events), the sustained rate of video updates
 //! applied per second while MongoDB takes a flood, and the rate at which
 //! the watcher drains a backlog already in its change streams. Runs the
 //! watcher in-process on the configured database, so generate a data set
@@ -27,6 +28,10 @@ pub struct WatchBench {
     pub latency_p99_ms: f64,
     pub beyond_window_p50_ms: f64,
     pub beyond_window_p99_ms: f64,
+    /// MongoDB's share of the latency: from sending a change to its event
+    /// reaching a bare change stream opened beside the watcher.
+    pub delivery_p50_ms: f64,
+    pub delivery_p99_ms: f64,
     pub sustained_updates: u64,
     pub sustained_seconds: f64,
     pub sustained_per_s: f64,
@@ -158,6 +163,7 @@ pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevR
         None => cfg.clone(),
     };
     let (stop_tx, watcher, metrics) = spawn_streaming(&watcher_cfg, opts).await?;
+    let delivery = Delivery::observe(&videos).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // Phase 1: a steady rate, one update at a time.
@@ -170,7 +176,9 @@ pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevR
         tick.tick().await;
         let change = changes.next(seq);
         if let Some(video) = &change.video {
-            sent.lock().unwrap_or_else(|e| e.into_inner()).insert(video.clone(), Instant::now());
+            let now = Instant::now();
+            sent.lock().unwrap_or_else(|e| e.into_inner()).insert(video.clone(), now);
+            delivery.sent(video, now);
         }
         inflight.push(change.send());
         while inflight.len() > 64 {
@@ -185,6 +193,7 @@ pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevR
     }
     let mut lat = latencies.lock().unwrap_or_else(|e| e.into_inner()).clone();
     lat.sort_by(f64::total_cmp);
+    let delivered = delivery.finish();
     let window_ms = window.as_millis() as f64;
 
     // Phase 2: the sustained apply rate. A backlog of the same mix is sent
@@ -232,11 +241,62 @@ pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevR
         latency_p99_ms: percentile(&lat, 0.99),
         beyond_window_p50_ms: (percentile(&lat, 0.5) - window_ms).max(0.0),
         beyond_window_p99_ms: (percentile(&lat, 0.99) - window_ms).max(0.0),
+        delivery_p50_ms: percentile(&delivered, 0.5),
+        delivery_p99_ms: percentile(&delivered, 0.99),
         sustained_updates: applied,
         sustained_seconds,
         sustained_per_s: applied as f64 / sustained_seconds,
         sent_seconds,
     })
+}
+
+/// MongoDB's delivery of the first phase's changes, measured apart from
+/// the watcher: a change stream of its own on the video collection
+/// (straight to MongoDB, without the watcher's forwarder or its
+/// `updateLookup`) notes when each sent video's first event arrives. What
+/// the watcher adds on top is its window and its work.
+struct Delivery {
+    sent: Arc<Mutex<HashMap<String, Instant>>>,
+    delivered: Arc<Mutex<Vec<f64>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Delivery {
+    async fn observe(videos: &mongodb::Collection<Document>) -> super::DevResult<Delivery> {
+        // The stream is open once `watch` returns: nothing sent after it
+        // is missed.
+        let mut stream = videos.watch().max_await_time(Duration::from_millis(500)).await?;
+        let sent: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+        let delivered: Arc<Mutex<Vec<f64>>> = Arc::default();
+        let task = {
+            let (sent, delivered) = (sent.clone(), delivered.clone());
+            tokio::spawn(async move {
+                while let Some(Ok(event)) = stream.next().await {
+                    let now = Instant::now();
+                    let id = event.document_key.as_ref().and_then(|key| key.get("_id"));
+                    let Some(id) = id.and_then(crate::model::id::written_id) else { continue };
+                    if let Some(at) = sent.lock().unwrap_or_else(|e| e.into_inner()).remove(&id) {
+                        let ms = now.duration_since(at).as_secs_f64() * 1000.0;
+                        delivered.lock().unwrap_or_else(|e| e.into_inner()).push(ms);
+                    }
+                }
+            })
+        };
+        Ok(Delivery { sent, delivered, task })
+    }
+
+    /// Notes that a change to `video` is being sent `at`.
+    fn sent(&self, video: &str, at: Instant) {
+        self.sent.lock().unwrap_or_else(|e| e.into_inner()).insert(video.to_string(), at);
+    }
+
+    /// Stops observing; the delivery times, sorted.
+    fn finish(self) -> Vec<f64> {
+        self.task.abort();
+        let mut delivered = std::mem::take(&mut *self.delivered.lock().unwrap_or_else(|e| e.into_inner()));
+        delivered.sort_by(f64::total_cmp);
+        delivered
+    }
 }
 
 /// Waits until `expected` changes past `base` are applied, and gives how

@@ -113,17 +113,7 @@ impl<'a> Fields<'a> {
     /// an error where its value is malformed, and an error last where the
     /// walk stopped.
     pub fn iter(&self) -> impl Iterator<Item = Result<(&'a str, RawBsonRef<'a>), Malformed>> + '_ {
-        self.iter_where(|_| true)
-    }
-
-    /// As [`Fields::iter`], reading only the values of the keys `wanted`
-    /// accepts (the others are not read, so cannot fail).
-    pub fn iter_where<'s>(
-        &'s self,
-        wanted: impl Fn(&str) -> bool + 's,
-    ) -> impl Iterator<Item = Result<(&'a str, RawBsonRef<'a>), Malformed>> + 's {
-        let elements = self.elements.iter().filter(move |e| wanted(e.key()));
-        let values = elements.map(|e| e.value().map(|value| (e.key(), value)).map_err(|_| Malformed));
+        let values = self.elements.iter().map(|e| e.value().map(|value| (e.key(), value)).map_err(|_| Malformed));
         values.chain(self.malformed.then_some(Err(Malformed)))
     }
 }

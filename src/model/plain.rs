@@ -12,16 +12,52 @@
 //! check only has to be sound, never complete: answering `false` costs
 //! time, not exactness.
 
+use mongodb::bson::RawDocumentBuf;
+
 /// Whether every element of the document walks without error through
 /// `RawDocument::iter` and [`super::bson_json::check_value`].
+#[cfg(test)]
 pub fn is_plain(bytes: &[u8]) -> bool {
-    plain_document(bytes, 0)
+    plain_document(bytes, 0, None)
+}
+
+/// When the document is plain, a copy of it holding only the elements
+/// whose key `keep` accepts, in their order (repeated keys included).
+///
+/// A decoder that reads only those fields, and otherwise needs the
+/// document only to walk without error, then walks a few elements instead
+/// of all of them: the copy answers every lookup and iteration of those
+/// keys as the whole document does, and a plain document's other
+/// elements cannot fail.
+pub fn slim(bytes: &[u8], keep: impl Fn(&str) -> bool) -> Option<RawDocumentBuf> {
+    let mut kept = Vec::new();
+    let mut visit = |key: &str, element: std::ops::Range<usize>| {
+        if keep(key) {
+            kept.push(element);
+        }
+    };
+    if !plain_document(bytes, 0, Some(&mut visit)) {
+        return None;
+    }
+    let len = 4 + kept.iter().map(|r| r.len()).sum::<usize>() + 1;
+    let mut out = Vec::with_capacity(len);
+    out.extend_from_slice(&(len as i32).to_le_bytes());
+    for element in kept {
+        out.extend_from_slice(&bytes[element]);
+    }
+    out.push(0);
+    RawDocumentBuf::from_bytes(out).ok()
 }
 
 /// Deeper nesting is left to the library (and stack depth stays bounded).
 const MAX_DEPTH: usize = 32;
 
-fn plain_document(bytes: &[u8], depth: usize) -> bool {
+/// Sees each of a document's own elements: its key and its byte range
+/// (type, key and value).
+type Visit<'v> = &'v mut dyn FnMut(&str, std::ops::Range<usize>);
+
+/// Walks a document, showing its own elements to `visit` when given.
+fn plain_document(bytes: &[u8], depth: usize, mut visit: Option<Visit<'_>>) -> bool {
     let len = bytes.len();
     if len < 5 || depth > MAX_DEPTH || read_i32(bytes, 0) != Some(len as i32) || bytes[len - 1] != 0 {
         return false;
@@ -32,9 +68,7 @@ fn plain_document(bytes: &[u8], depth: usize) -> bool {
     while at < end {
         let tag = bytes[at];
         let Some(key_len) = bytes[at + 1..end].iter().position(|&b| b == 0) else { return false };
-        if std::str::from_utf8(&bytes[at + 1..at + 1 + key_len]).is_err() {
-            return false;
-        }
+        let Ok(key) = std::str::from_utf8(&bytes[at + 1..at + 1 + key_len]) else { return false };
         let value = at + 1 + key_len + 1;
         let size = match tag {
             // double, datetime, timestamp, int64
@@ -62,7 +96,7 @@ fn plain_document(bytes: &[u8], depth: usize) -> bool {
             // document, array
             0x03 | 0x04 => match read_i32(bytes, value) {
                 Some(n) if n >= 5 && value + n as usize <= end => {
-                    if !plain_document(&bytes[value..value + n as usize], depth + 1) {
+                    if !plain_document(&bytes[value..value + n as usize], depth + 1, None) {
                         return false;
                     }
                     n as usize
@@ -73,6 +107,9 @@ fn plain_document(bytes: &[u8], depth: usize) -> bool {
         };
         if value + size > end {
             return false;
+        }
+        if let Some(visit) = visit.as_mut() {
+            visit(key, at..value + size);
         }
         at = value + size;
     }
@@ -124,6 +161,25 @@ mod tests {
     fn ordinary_documents_are_plain() {
         assert!(is_plain(base().as_bytes()));
         assert!(is_plain(RawDocumentBuf::new().as_bytes()));
+    }
+
+    #[test]
+    fn a_slim_copy_keeps_the_chosen_elements_in_order() {
+        let mut doc = RawDocumentBuf::new();
+        doc.append("a", 1_i32);
+        doc.append("t", "x");
+        doc.append("m", RawDocumentBuf::from_document(&doc! { "t": "nested" }).unwrap());
+        doc.append("t", "y");
+        doc.append("b", true);
+        let copy = slim(doc.as_bytes(), |key| key == "t").expect("plain");
+        let kept: Vec<(&str, &str)> = copy.iter().map(|e| e.map(|(k, v)| (k, v.as_str().unwrap())).unwrap()).collect();
+        assert_eq!(kept, [("t", "x"), ("t", "y")], "both repeats, in order; not the nested one");
+        assert_eq!(copy.get_str("t").unwrap(), "x", "a lookup finds the first, as in the whole document");
+        let none = slim(doc.as_bytes(), |_| false).unwrap();
+        assert!(none.is_empty());
+        let old = Binary { subtype: spec::BinarySubtype::BinaryOld, bytes: vec![1, 2] };
+        let other = RawDocumentBuf::from_document(&doc! { "t": "x", "b": old }).unwrap();
+        assert!(slim(other.as_bytes(), |_| true).is_none(), "not plain: no copy");
     }
 
     #[test]

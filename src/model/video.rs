@@ -12,6 +12,10 @@ use mongodb::bson::{RawBsonRef, RawDocument};
 pub const SITE_CATEGORY_IDS: &str = "VideoMedia.categoryIds";
 pub const SITE_TAG_IDS: &str = "VideoMedia.tagIds";
 
+/// The fields a video's index entry is decoded from; its detail needs
+/// them all.
+const INDEX_FIELDS: [&str; 6] = ["title", "listStatus", "addedTime", "categoryIds", "categoryId", "tagIds"];
+
 /// A decoded video. Inactive videos carry only their id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VideoDoc {
@@ -59,7 +63,13 @@ pub fn decode_video(
     refs: &mut RefReport,
     want_detail: bool,
 ) -> Result<VideoDoc, Rejection> {
-    let fields = Fields::read(doc);
+    // Without a detail to write (the watcher's load), a plain document is
+    // read from a copy of the fields an index needs (see `plain::slim`):
+    // its other fields cannot be malformed. Any other document has every
+    // value read through, which rejects the malformed ones as a rebuild
+    // does.
+    let slim = if want_detail { None } else { super::plain::slim(doc.as_bytes(), |key| INDEX_FIELDS.contains(&key)) };
+    let fields = Fields::read(slim.as_deref().unwrap_or(doc));
     required_str(&fields, &id, "title")?;
     let active = num::is_one(field(&fields, &id, "listStatus")?);
     let added_ms = match field(&fields, &id, "addedTime")? {
@@ -76,15 +86,13 @@ pub fn decode_video(
     // JSON runs about as long as the BSON it comes from; sizing the buffer
     // up front saves the reallocations that show up in profiles.
     let mut out = String::with_capacity(if want_detail { doc.as_bytes().len() + 64 } else { 0 });
-    let mut obj = ObjectWriter::new(&mut out);
-    obj.string("id", &id);
-    // Without a detail to write (the watcher's load), a plain document's
-    // other fields cannot be malformed (see `plain`), so only the
-    // references are read; any other document has every value read
-    // through, which rejects the malformed ones as a rebuild does.
-    let plain = !want_detail && super::plain::is_plain(doc.as_bytes());
-    let wanted = |key: &str| !plain || matches!(key, "categoryIds" | "categoryId" | "tagIds");
-    for element in fields.iter_where(wanted) {
+    // Without a detail to write (the watcher's load) nothing is rendered:
+    // the references and the verdict are all it needs.
+    let mut obj = want_detail.then(|| ObjectWriter::new(&mut out));
+    if let Some(obj) = obj.as_mut() {
+        obj.string("id", &id);
+    }
+    for element in fields.iter() {
         let (key, value) = element.map_err(|_| malformed(&id))?;
         match (key, value) {
             ("_id" | "id", _) => {}
@@ -93,42 +101,62 @@ pub fn decode_video(
             ("categoryId", RawBsonRef::Null) => {}
             ("categoryIds", value) => {
                 if let Some(ids) = usable_ids(value, SITE_CATEGORY_IDS, refs) {
-                    json::write_str_array(obj.key("categoryIds"), ids.iter().map(String::as_str));
+                    if let Some(out) = field_out(&mut obj, "categoryIds") {
+                        json::write_str_array(out, ids.iter().map(String::as_str));
+                    }
                     category_ids = ids;
                 }
             }
-            ("categoryId", value) => match read_id(value) {
-                IdValue::Usable(c) => {
-                    json::write_str_array(obj.key("categoryIds"), [c.as_str()]);
-                    category_ids = vec![c];
-                }
-                // The legacy rule comes first (`[categoryId]`), then the
+            ("categoryId", value) => {
+                // The legacy rule comes first (`[categoryId]`), then an
                 // unusable reference is dropped: an empty array remains.
-                IdValue::Unusable(_) => {
-                    refs.unusable(SITE_CATEGORY_IDS, 1);
-                    json::write_str_array(obj.key("categoryIds"), std::iter::empty::<&str>());
+                let ids = match read_id(value) {
+                    IdValue::Usable(c) => vec![c],
+                    IdValue::Unusable(_) => {
+                        refs.unusable(SITE_CATEGORY_IDS, 1);
+                        Vec::new()
+                    }
+                };
+                if let Some(out) = field_out(&mut obj, "categoryIds") {
+                    json::write_str_array(out, ids.iter().map(String::as_str));
                 }
-            },
+                if !ids.is_empty() {
+                    category_ids = ids;
+                }
+            }
             ("tagIds", value @ RawBsonRef::Array(_)) => {
                 if let Some(ids) = usable_ids(value, SITE_TAG_IDS, refs) {
-                    json::write_str_array(obj.key("tagIds"), ids.iter().map(String::as_str));
+                    if let Some(out) = field_out(&mut obj, "tagIds") {
+                        json::write_str_array(out, ids.iter().map(String::as_str));
+                    }
                     tag_ids = ids;
                 }
             }
-            ("tagIds", RawBsonRef::Null) => obj.raw("tagIds", "null"),
+            ("tagIds", RawBsonRef::Null) => {
+                if let Some(out) = field_out(&mut obj, "tagIds") {
+                    out.push_str("null");
+                }
+            }
             ("tagIds", _) => refs.unusable(SITE_TAG_IDS, 1),
             // Without a detail to write, the other fields are only read
             // through, which rejects the same malformed documents at a
             // fraction of the cost.
-            (_, value) if !want_detail => bson_json::check_value(value).map_err(|_| malformed(&id))?,
-            (key, value) => {
-                bson_json::write_value(obj.key(key), value, &mut lossy).map_err(|_| malformed(&id))?;
-            }
+            (key, value) => match field_out(&mut obj, key) {
+                Some(out) => bson_json::write_value(out, value, &mut lossy).map_err(|_| malformed(&id))?,
+                None => bson_json::check_value(value).map_err(|_| malformed(&id))?,
+            },
         }
     }
-    obj.finish();
+    if let Some(obj) = obj {
+        obj.finish();
+    }
     refs.lossy_values += lossy.0;
     Ok(VideoDoc { id, active, added_ms, category_ids, tag_ids, detail: want_detail.then_some(out) })
+}
+
+/// The buffer for a field's value in the detail being written, if one is.
+fn field_out<'o>(obj: &'o mut Option<ObjectWriter<'_>>, key: &str) -> Option<&'o mut String> {
+    obj.as_mut().map(|obj| obj.key(key))
 }
 
 #[cfg(test)]

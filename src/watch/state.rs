@@ -11,13 +11,14 @@
 
 use super::members::{Members, Scoped};
 use super::memo::{Before, CatalogMemo};
-use super::model::{Coll, Event, IdKey, raw_id_key};
+use super::model::{Coll, Event, IdKey, id_key, raw_id_key};
 use super::videos::{Fields, Handle, Saved, Videos};
 use crate::config::Collections;
 use crate::keys::Keys;
 use crate::model::catalog::Catalog;
 use crate::model::compact::{Sym, Syms, Wid};
 use crate::model::decode::doc_id;
+use crate::model::id::{IdValue, read_id};
 use crate::model::report::{RefReport, Rejection};
 use crate::model::video::{VideoDoc, decode_video};
 use crate::plan::category::Derived;
@@ -423,12 +424,26 @@ impl State {
             .par_iter()
             .map(|doc| {
                 let doc = doc.as_ref();
-                let (key, raw_id) = (raw_id_key(doc)?, doc.get("_id").ok().flatten()?);
-                let raw_id: Bson = raw_id.to_raw_bson().try_into().unwrap_or(Bson::Null);
-                let written = written_of(&raw_id);
-                let video = decode(doc, false).0.ok();
-                let refs = video.map(|d| (d.active, d.added_ms, look(d.category_ids), look(d.tag_ids)));
-                Some((key, raw_id, written, refs))
+                // `_id` is read once for its key, the value kept and the
+                // written id; a document whose id is unusable is rejected
+                // as `decode` would, and keeps no references.
+                let raw = doc.get("_id").ok().flatten()?;
+                let raw_id: Bson = raw.to_raw_bson().try_into().ok()?;
+                let written = match read_id(raw) {
+                    IdValue::Usable(id) => Some(id),
+                    IdValue::Unusable(_) => None,
+                };
+                let wid = written.as_deref().map(Wid::new);
+                let refs =
+                    written.and_then(|id| decode_video(doc, id, &mut RefReport::default(), false).ok()).map(|d| {
+                        LoadedRefs {
+                            active: d.active,
+                            added_ms: d.added_ms,
+                            cats: look(d.category_ids),
+                            tags: look(d.tag_ids),
+                        }
+                    });
+                Some(DecodedVideo { key: id_key(&raw_id), raw_id, written: wid, refs })
             })
             .collect();
         DecodedVideos(decoded)
@@ -437,15 +452,15 @@ impl State {
     /// The serial half of [`State::load_videos`]: files decoded videos in
     /// their cursor order.
     pub fn file_videos(&mut self, decoded: DecodedVideos) {
-        for (key, raw_id, written, refs) in decoded.0.into_iter().flatten() {
+        for video in decoded.0.into_iter().flatten() {
             let mut intern = |refs: Vec<Result<Sym, String>>| -> Vec<Sym> {
                 refs.into_iter().map(|r| r.unwrap_or_else(|id| self.syms.intern(&id))).collect()
             };
-            let fields = refs.map(|(active, added_ms, cats, tags)| {
-                let (cats, tags) = (intern(cats), intern(tags));
-                Fields { active, added_ms, cats, tags }
+            let fields = video.refs.map(|r| {
+                let (cats, tags) = (intern(r.cats), intern(r.tags));
+                Fields { active: r.active, added_ms: r.added_ms, cats, tags }
             });
-            self.videos.put(key, raw_id, written, fields);
+            self.videos.put(video.key, video.raw_id, video.written, fields);
         }
     }
 
@@ -822,7 +837,27 @@ impl State {
 #[derive(Debug)]
 pub struct DecodedVideos(Vec<Option<DecodedVideo>>);
 
-type DecodedVideo = (IdKey, Bson, Option<Wid>, Option<(bool, i64, Vec<Result<Sym, String>>, Vec<Result<Sym, String>>)>);
+/// One document of the load, decoded; `None` in [`DecodedVideos`] when
+/// its `_id` cannot be read at all.
+#[derive(Debug)]
+struct DecodedVideo {
+    key: IdKey,
+    raw_id: Bson,
+    /// Its written id, when usable.
+    written: Option<Wid>,
+    /// What it files under its scopes; `None` when it is rejected.
+    refs: Option<LoadedRefs>,
+}
+
+/// A decoded video's index fields, its references looked up in the
+/// catalogue's symbols (`Err`: a text the copy did not hold yet).
+#[derive(Debug)]
+struct LoadedRefs {
+    active: bool,
+    added_ms: i64,
+    cats: Vec<Result<Sym, String>>,
+    tags: Vec<Result<Sym, String>>,
+}
 
 fn written_of(raw_id: &Bson) -> Option<Wid> {
     crate::model::id::written_id(raw_id).map(|w| Wid::new(&w))

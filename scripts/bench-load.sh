@@ -23,8 +23,10 @@ OUT="$ROOT/target/bench-load"
 mkdir -p "$OUT"
 printf '%-6s %-40s %10s %10s %10s\n' round binary load_ms cpu_s peak_mib
 for round in $(seq 1 "$ROUNDS"); do
+  n=0
   for binary in "$@"; do
-    result=$(watch_alone "$binary" "$OUT/watch-$round.log")
+    n=$((n + 1))
+    result=$(watch_alone "$binary" "$OUT/watch-$round-$n.log")
     read -r load hwm _ cpu <<<"$result"
     printf '%-6s %-40s %10s %10s %10s\n' "$round" "$binary" "$load" "$cpu" "$hwm"
   done

@@ -30,22 +30,19 @@ pub fn is_plain(bytes: &[u8]) -> bool {
 /// keys as the whole document does, and a plain document's other
 /// elements cannot fail.
 pub fn slim(bytes: &[u8], keep: impl Fn(&str) -> bool) -> Option<RawDocumentBuf> {
-    let mut kept = Vec::new();
+    // The length is filled in once the kept elements are in.
+    let mut out = vec![0; 4];
     let mut visit = |key: &str, element: std::ops::Range<usize>| {
         if keep(key) {
-            kept.push(element);
+            out.extend_from_slice(&bytes[element]);
         }
     };
     if !plain_document(bytes, 0, Some(&mut visit)) {
         return None;
     }
-    let len = 4 + kept.iter().map(|r| r.len()).sum::<usize>() + 1;
-    let mut out = Vec::with_capacity(len);
-    out.extend_from_slice(&(len as i32).to_le_bytes());
-    for element in kept {
-        out.extend_from_slice(&bytes[element]);
-    }
     out.push(0);
+    let len = out.len() as i32;
+    out[..4].copy_from_slice(&len.to_le_bytes());
     RawDocumentBuf::from_bytes(out).ok()
 }
 

@@ -12,8 +12,8 @@ use mongodb::bson::{RawBsonRef, RawDocument};
 pub const SITE_CATEGORY_IDS: &str = "VideoMedia.categoryIds";
 pub const SITE_TAG_IDS: &str = "VideoMedia.tagIds";
 
-/// The fields a video's index entry is decoded from; its detail needs
-/// them all.
+/// The fields a video's index entry is decoded from (its detail is
+/// rendered from every field).
 const INDEX_FIELDS: [&str; 6] = ["title", "listStatus", "addedTime", "categoryIds", "categoryId", "tagIds"];
 
 /// A decoded video. Inactive videos carry only their id.

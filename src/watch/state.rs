@@ -829,7 +829,6 @@ impl State {
     }
 }
 
-/// The written id of a document's `_id`, when usable.
 /// A chunk of the load's videos, decoded and not yet filed: each
 /// document's key, `_id`, written id and, when it decoded, its flag, time
 /// and references (a symbol, or the text of one the decoder's table
@@ -859,6 +858,7 @@ struct LoadedRefs {
     tags: Vec<Result<Sym, String>>,
 }
 
+/// The written id of a document's `_id`, when usable.
 fn written_of(raw_id: &Bson) -> Option<Wid> {
     crate::model::id::written_id(raw_id).map(|w| Wid::new(&w))
 }

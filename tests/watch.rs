@@ -815,8 +815,11 @@ async fn a_platform_backlog_on_a_cluster_stays_within_the_budget_and_equals_a_fu
 
 /// Patches, on one node and on the cluster: once the watcher wrote a
 /// category's keys, later uploads into it change them in place (counted
-/// on `patched_keys`) and the cache equals a fresh rebuild. Then the
-/// category's list loses a member behind the watcher's back (an eviction,
+/// on `patched_keys`) and the cache equals a fresh rebuild. A burst of
+/// uploads then moves more members than one atomic unit carries: the
+/// patches go in steps (counted on `patch_steps`), each guarded by the
+/// size the one before left, and the cache equals a fresh rebuild. Then
+/// the category's list loses a member behind the watcher's back (an eviction,
 /// a stray client): the next patch's size guard refuses it, the batch is
 /// taken back and replayed with the key replaced whole, and the cache
 /// equals a fresh rebuild again.
@@ -833,7 +836,14 @@ async fn patches_and_drift(setup: Setup) {
     let url = setup.redis_url();
     let name = common::unique("watchpatch");
     let prefix = format!("w{name}");
-    let cfg = watch_env(&name, &prefix).redis(&url).config();
+    let mut cfg = watch_env(&name, &prefix).redis(&url).config();
+    // An atomic unit of 6,000 (a cluster's script gets a quarter): a
+    // sorted-set edit costs about 1,200 and a step's key 2,000, so a batch
+    // that moves more than three members of a category patches it in steps.
+    cfg.write_batch_cost = match setup {
+        Setup::OneNode => 6_000,
+        Setup::Cluster => 24_000,
+    };
     let mut d = data(&cfg, 51).await;
     d.seed().await;
     d.db.collection::<Document>("Category")
@@ -887,6 +897,18 @@ async fn patches_and_drift(setup: Setup) {
     d.settle(&url, &prefix).await;
     assert_eq!(watcher.metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed), 0);
     assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 51).await;
+
+    // A burst: forty uploads between the members, in one command (one or
+    // a few batches), move more members than a unit carries.
+    let steps = || watcher.metrics.patch_steps.load(std::sync::atomic::Ordering::Relaxed);
+    let mut burst: Vec<Document> = (0..40).map(|i| upload(i * 3 + 1)).collect();
+    burst.iter_mut().enumerate().for_each(|(i, doc)| drop(doc.insert("_id", format!("b{i}"))));
+    videos.insert_many(burst).await.unwrap();
+    applied(detail_of("b39")).await;
+    d.settle(&url, &prefix).await;
+    assert!(steps() > 0, "the burst's patches went in steps");
+    assert_eq!(watcher.metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 53).await;
 
     // The drift: the list loses its last member behind the watcher's back.
     let list = format!("{prefix}:video:category:list:pc");

@@ -11,6 +11,7 @@
 mod common;
 
 use cachewright::config::Config;
+use cachewright::plan::patch::PATCH_STEP_COST;
 use cachewright::plan::plan_in_memory;
 use cachewright::plan::{Change, FamilySet, Op, PlanCtx, TxBudget};
 use cachewright::rebuild::plan_ctx;
@@ -119,6 +120,19 @@ fn step_without_restarts(videos: u8) -> impl Strategy<Value = Step> {
         2 => (0u8..3, channel()).prop_map(|(i, d)| Step::Put(Coll::Channel, i, d)),
         1 => (0u8..3).prop_map(|i| Step::Delete(Coll::Channel, i)),
         4 => (1usize..5).prop_map(Step::Flush),
+        1 => (0usize..40).prop_map(Step::FailNext),
+    ]
+}
+
+/// Mostly video changes over 40 documents, flushed a dozen at a time:
+/// scopes of a dozen members or more, several of them moving per batch.
+fn step_in_big_scopes() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        12 => (0u8..40, video()).prop_map(|(i, d)| Step::Put(Coll::Video, i, d)),
+        3 => (0u8..40).prop_map(|i| Step::Delete(Coll::Video, i)),
+        1 => (0u8..5, category()).prop_map(|(i, d)| Step::Put(Coll::Category, i, d)),
+        1 => (0u8..6, tag()).prop_map(|(i, d)| Step::Put(Coll::Tag, i, d)),
+        2 => (4usize..16).prop_map(Step::Flush),
         1 => (0usize..40).prop_map(Step::FailNext),
     ]
 }
@@ -254,8 +268,13 @@ fn render(store: &Store) -> String {
 }
 
 fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
+    run_with(initial, steps, PATCH_STEP_COST)
+}
+
+/// [`run`] with patches cut into steps costing at most `patch_step`.
+fn run_with(initial: Vec<Step>, steps: Vec<Step>, patch_step: usize) -> Result<(), TestCaseError> {
     let cfg = config();
-    let ctx = plan_ctx(&cfg, FamilySet::all());
+    let ctx = PlanCtx { patch_step, ..plan_ctx(&cfg, FamilySet::all()) };
     let mut mongo = Mongo::default();
     for s in &initial {
         mongo.apply(s);
@@ -479,6 +498,22 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases() / 4, max_shrink_iters: 2000, ..ProptestConfig::default() })]
+
+    /// Categories of a dozen members or more, and patches cut into steps
+    /// of one or two members each (a sorted-set edit costs about 1,200, a
+    /// step's key 2,000): a key's steps land in order, with faults
+    /// between them.
+    #[test]
+    fn patches_in_small_steps_equal_a_full_rebuild(
+        initial in proptest::collection::vec(step_in_big_scopes(), 20..80),
+        steps in proptest::collection::vec(step_in_big_scopes(), 1..80),
+    ) {
+        run_with(initial, steps, 4_000)?;
+    }
+}
+
 #[test]
 fn a_restart_after_deletes_while_down_removes_their_keys() {
     // The case seen: a channel, a category, a tag and a video are deleted
@@ -549,7 +584,7 @@ fn one_batch(
     let applied = state.apply(events);
     let view = redis_view(store, &ctx, applied.videos.keys().cloned());
     let plan = plan_batch(state, &applied, &view, &ctx);
-    for change in plan.changes.iter().chain(&plan.last) {
+    for change in plan.changes.iter().chain(plan.later.iter().flatten()).chain(&plan.last) {
         write(store, change);
     }
     let mut expected = Store::new();

@@ -257,6 +257,9 @@ pub struct PlanCtx {
     pub search_lengths: Vec<usize>,
     pub home_sections: Vec<HomeSection>,
     pub families: FamilySet,
+    /// What one step of the watcher's patches may cost Redis: its sink's
+    /// atomic unit (see [`patch::PATCH_STEP_COST`]).
+    pub patch_step: usize,
 }
 
 impl PlanCtx {

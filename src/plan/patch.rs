@@ -18,6 +18,11 @@ use crate::registry::{RedisType, Registry, Tier};
 /// [`Value::cost`].
 pub const SCAN_COST: usize = 4;
 
+/// What one step of a patch may cost Redis unless the sink says more: a
+/// step runs as one atomic unit, on a cluster a script of a quarter of
+/// the default write budget (`Sink::unit_cost`).
+pub const PATCH_STEP_COST: usize = 30_000;
+
 /// One edit of a patch, in the order it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Edit {
@@ -31,6 +36,17 @@ pub enum Edit {
     LInsert { item: String, pivot: String },
     /// `RPUSH`: the item goes last.
     RPush(String),
+}
+
+impl Edit {
+    /// What the edit costs Redis beyond the list entries it walks past.
+    pub fn cost(&self) -> usize {
+        match self {
+            Edit::ZRem(m) | Edit::ZAdd(_, m) => m.len() + 2 * ELEMENT_COST,
+            Edit::LRem(m) | Edit::RPush(m) => m.len() + ELEMENT_COST,
+            Edit::LInsert { item, pivot } => item.len() + pivot.len() + ELEMENT_COST,
+        }
+    }
 }
 
 /// A collection key changed in place: the size it holds before, the
@@ -47,13 +63,13 @@ impl Patch {
     /// A patch of `key` from `before` elements; `scans` is how many list
     /// entries its edits walk past in all (zero for a sorted set).
     pub fn new(key: Key, before: usize, edits: Vec<Edit>, scans: usize) -> Patch {
-        let element = |e: &Edit| match e {
-            Edit::ZRem(m) | Edit::ZAdd(_, m) => m.len() + 2 * ELEMENT_COST,
-            Edit::LRem(m) | Edit::RPush(m) => m.len() + ELEMENT_COST,
-            Edit::LInsert { item, pivot } => item.len() + pivot.len() + ELEMENT_COST,
-        };
-        let cost = edits.iter().map(element).sum::<usize>() + scans * SCAN_COST + key.text.len() + KEY_COST;
+        let cost = edits.iter().map(Edit::cost).sum::<usize>() + scans * SCAN_COST + Patch::fixed_cost(&key);
         Patch { key, before, edits, cost }
+    }
+
+    /// What a patch of `key` costs beyond its edits and scans.
+    pub fn fixed_cost(key: &Key) -> usize {
+        key.text.len() + KEY_COST
     }
 
     pub fn tier(&self) -> Tier {

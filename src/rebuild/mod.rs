@@ -168,6 +168,7 @@ pub fn plan_ctx(cfg: &Config, families: FamilySet) -> PlanCtx {
         search_lengths: cfg.tag_search_lengths.clone(),
         home_sections: cfg.home_sections(),
         families,
+        patch_step: crate::plan::patch::PATCH_STEP_COST,
     }
 }
 

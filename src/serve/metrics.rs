@@ -322,6 +322,12 @@ impl Collector for WatchCollector {
             "Keys the watcher changed in place (the members that moved) instead of replacing them whole",
             w.patched_keys.load(Ordering::Relaxed),
         )?;
+        counter(
+            &mut encoder,
+            "watch_patch_steps",
+            "Steps after the first of patches too big for one atomic unit, each its own transaction",
+            w.patch_steps.load(Ordering::Relaxed),
+        )?;
         for (name, help, counts) in [
             (
                 "drift_checked",

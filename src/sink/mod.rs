@@ -424,6 +424,12 @@ impl Sink {
         crate::plan::TxBudget { max_keys: self.max_keys, max_cost }
     }
 
+    /// What one atomic unit may cost Redis: a transaction on one node, a
+    /// slot's script on a cluster.
+    pub fn unit_cost(&self) -> usize {
+        self.unit_cost
+    }
+
     pub fn connection(&self) -> RedisConn {
         self.conn.clone()
     }

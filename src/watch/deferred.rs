@@ -34,7 +34,7 @@ const PER_ROUND: usize = 10_000;
 /// their key names.
 pub fn split_uncovered(plan: &mut BatchPlan, covers: impl Fn(&[u8]) -> bool) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    for changes in [&mut plan.changes, &mut plan.last] {
+    for changes in [&mut plan.changes, &mut plan.last].into_iter().chain(plan.later.iter_mut()) {
         changes.retain(|change| {
             let key = &change.key().text;
             let keep = covers(key.as_bytes());
@@ -162,6 +162,7 @@ mod tests {
         let mut plan = BatchPlan {
             changes: vec![put(FamilyId::CategoryVideoCount, "c1"), put(FamilyId::CategoryVideoCount, "c2")],
             last: vec![put(FamilyId::VideoDetail, "v1"), Change::Delete(keys.key(FamilyId::VideoDetail, &["v2"]))],
+            later: vec![vec![put(FamilyId::CategoryVideoCount, "c2")]],
             ..BatchPlan::default()
         };
         let covers = |key: &[u8]| !(key.ends_with(b"c2") || key.ends_with(b"v2"));
@@ -170,6 +171,7 @@ mod tests {
         assert!(deferred.iter().all(|k| k.ends_with("c2") || k.ends_with("v2")));
         assert_eq!(plan.changes.len(), 1);
         assert_eq!(plan.last.len(), 1);
+        assert!(plan.later[0].is_empty(), "a patch's later step waits with its first");
         assert!(plan.changes.iter().chain(&plan.last).all(|c| covers(c.key().text.as_bytes())));
     }
 }

@@ -10,24 +10,28 @@
 //! ([`super::state::Existing::held`]); its size guard makes Redis refuse
 //! the patch when the key holds another size (see `sink::pipeline`).
 //!
-//! A list patch removes every member that left, then inserts the joining
-//! ones from the tail up, each before the member that follows it now:
-//! that member is either untouched (it is there) or joined later in the
-//! list (it was inserted already). The last goes with `RPUSH`.
+//! A list patch inserts the joining members from the tail up, each before
+//! the member that follows it now: that member is either untouched (it
+//! is there) or joined later in the list (it was inserted already). The
+//! last goes with `RPUSH`. Then it removes the members that left.
+//!
+//! A patch too big for one atomic step goes as several, each guarded by
+//! the size the one before leaves. The cut falls between members, never
+//! inside one: a member that moved is removed right before it is
+//! inserted again, in the same step, so a reader sees every member
+//! either where it was or where it is now, never missing, and the key
+//! between two steps is one a batch of fewer changes would have left.
+//! Members join before others leave, so a key the batch does not empty
+//! is never empty (gone) between its steps either.
 
 use super::members::After;
 use super::state::{Applied, IndexView, State};
 use crate::keys::Key;
 use crate::model::compact::{Sym, Wid, WidRef};
-use crate::plan::patch::{Edit, Patch};
-use crate::plan::{ELEMENT_COST, KEY_COST};
-use rustc_hash::FxHashMap;
+use crate::plan::ELEMENT_COST;
+use crate::plan::patch::{Edit, Patch, SCAN_COST};
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::cmp::Reverse;
-
-/// What one patch may cost Redis at most: it runs in one atomic step,
-/// which on a cluster is a script of a quarter of the default budget.
-/// Above it (or above a whole replace) the key is replaced whole.
-pub const PATCH_MAX_COST: usize = 30_000;
 
 /// A touched video whose index view changed: as it was before the batch,
 /// and as it is now.
@@ -120,42 +124,80 @@ impl<'a> Deltas<'a> {
     }
 }
 
-/// The patch of a sorted set holding `before` members, or `None` when
-/// replacing it whole is cheaper or it would be too big a step.
-pub fn zset_patch(key: Key, before: usize, moves: &Moves<'_>) -> Option<Patch> {
-    let joined: rustc_hash::FxHashSet<&Wid> = moves.joined.iter().map(|(_, w)| *w).collect();
-    let removed = moves.left.iter().filter(|(_, w)| !joined.contains(w)).map(|(_, w)| Edit::ZRem(w.text()));
-    let added = moves.joined.iter().map(|(added, w)| Edit::ZAdd(*added, w.text()));
-    let patch = Patch::new(key, before, removed.chain(added).collect(), 0);
-    affordable(patch, moves.size_after(before)?, 2 * ELEMENT_COST)
+/// One member's edits of a patch, which go in one step.
+struct Unit {
+    edits: Vec<Edit>,
+    /// List entries the edits walk past.
+    scans: usize,
+    /// What they do to the key's size: -1, 0 or +1.
+    grows: isize,
 }
 
-/// The patch of a list holding `before` items: `after` tells where a
-/// member ranked so sits now and the member that follows it.
+impl Unit {
+    fn cost(&self) -> usize {
+        self.edits.iter().map(Edit::cost).sum::<usize>() + self.scans * SCAN_COST
+    }
+}
+
+/// The patch of a sorted set holding `before` members, in steps of at
+/// most `step` each, or `None` when replacing it whole is cheaper.
+pub fn zset_patch(key: Key, before: usize, moves: &Moves<'_>, step: usize) -> Option<Vec<Patch>> {
+    let joined: FxHashSet<&Wid> = moves.joined.iter().map(|(_, w)| *w).collect();
+    let left: FxHashSet<&Wid> = moves.left.iter().map(|(_, w)| *w).collect();
+    let removed = moves.left.iter().filter(|(_, w)| !joined.contains(w)).map(|(_, w)| Unit {
+        edits: vec![Edit::ZRem(w.text())],
+        scans: 0,
+        grows: -1,
+    });
+    // A member that only moved keeps its place in the count.
+    let added = moves.joined.iter().map(|(added, w)| Unit {
+        edits: vec![Edit::ZAdd(*added, w.text())],
+        scans: 0,
+        grows: if left.contains(w) { 0 } else { 1 },
+    });
+    stepped(key, before, added.chain(removed).collect(), moves.size_after(before)?, 2 * ELEMENT_COST, step)
+}
+
+/// The patch of a list holding `before` items, in steps of at most `step`
+/// each: `after` tells where a member ranked so sits now and the member
+/// that follows it.
 pub fn list_patch<'m>(
     key: Key,
     before: usize,
     moves: &Moves<'_>,
     after: impl Fn(i64, WidRef<'_>) -> (usize, Option<WidRef<'m>>),
-) -> Option<Patch> {
-    let mut edits = Vec::with_capacity(moves.left.len() + moves.joined.len());
-    let mut scans = 0;
+    step: usize,
+) -> Option<Vec<Patch>> {
+    let joining: FxHashSet<&Wid> = moves.joined.iter().map(|(_, w)| *w).collect();
+    let mut units = Vec::with_capacity(moves.left.len() + moves.joined.len());
+    // Where a member that left was: about where its old rank sits now.
+    let mut moved: FxHashMap<&Wid, usize> = FxHashMap::default();
+    let mut gone = Vec::new();
     for (added, w) in &moves.left {
-        // Where it was: about where its old rank sits now.
-        scans += after(*added, w.as_ref()).0;
-        edits.push(Edit::LRem(w.text()));
+        let at = after(*added, w.as_ref()).0;
+        match joining.contains(w) {
+            true => drop(moved.insert(*w, at)),
+            false => gone.push(Unit { edits: vec![Edit::LRem(w.text())], scans: at, grows: -1 }),
+        }
     }
     let mut joined: Vec<(Reverse<i64>, &Wid)> = moves.joined.iter().map(|(a, w)| (Reverse(*a), *w)).collect();
     joined.sort_unstable();
     for (Reverse(added), w) in joined.into_iter().rev() {
         let (at, next) = after(added, w.as_ref());
-        scans += at;
-        edits.push(match next {
+        let mut unit = Unit { edits: Vec::with_capacity(2), scans: at, grows: 1 };
+        if let Some(was) = moved.get(w) {
+            unit.edits.push(Edit::LRem(w.text()));
+            unit.scans += was;
+            unit.grows = 0;
+        }
+        unit.edits.push(match next {
             Some(pivot) => Edit::LInsert { item: w.text(), pivot: pivot.text() },
             None => Edit::RPush(w.text()),
         });
+        units.push(unit);
     }
-    affordable(Patch::new(key, before, edits, scans), moves.size_after(before)?, ELEMENT_COST)
+    units.extend(gone);
+    stepped(key, before, units, moves.size_after(before)?, ELEMENT_COST, step)
 }
 
 /// The first member of `after` that `keep` accepts.
@@ -164,12 +206,36 @@ pub fn next_kept<'m>(after: After<'m>, keep: impl Fn(i64, WidRef<'_>) -> bool) -
     (at, rest.find(|(added, w)| keep(*added, *w)).map(|(_, w)| w))
 }
 
-/// A patch worth sending: within one step, and no dearer than replacing
-/// the key whole (`size` elements after, each costing about `element`;
-/// an id is about 24 bytes).
-fn affordable(patch: Patch, size: usize, element: usize) -> Option<Patch> {
-    let whole = size * (element + 24) + patch.key.text.len() + KEY_COST;
-    (patch.cost <= PATCH_MAX_COST && patch.cost <= whole).then_some(patch)
+/// `units` cut, in order, into patches of `key` costing at most `step`
+/// each, the first from `before` elements and each next from the size
+/// the one before leaves. `None` when one member's edits alone exceed a
+/// step, or all of them cost more than replacing the key whole (`size`
+/// elements after, each costing about `element`; an id is about 24
+/// bytes).
+fn stepped(key: Key, before: usize, units: Vec<Unit>, size: usize, element: usize, step: usize) -> Option<Vec<Patch>> {
+    let fixed = Patch::fixed_cost(&key);
+    let whole = size * (element + 24) + fixed;
+    let mut patches = Vec::new();
+    let (mut edits, mut scans, mut cost) = (Vec::new(), 0, 0);
+    let (mut from, mut to) = (before, before as isize);
+    for unit in units {
+        let unit_cost = unit.cost();
+        if fixed + unit_cost > step {
+            return None;
+        }
+        if !edits.is_empty() && fixed + cost + unit_cost > step {
+            patches.push(Patch::new(key.clone(), from, std::mem::take(&mut edits), scans));
+            from = usize::try_from(to).ok()?;
+            (scans, cost) = (0, 0);
+        }
+        edits.extend(unit.edits);
+        (scans, cost, to) = (scans + unit.scans, cost + unit_cost, to + unit.grows);
+    }
+    if !edits.is_empty() {
+        patches.push(Patch::new(key, from, edits, scans));
+    }
+    let total: usize = patches.iter().map(|p| p.cost).sum();
+    (total <= whole && usize::try_from(to).ok() == Some(size)).then_some(patches)
 }
 
 #[cfg(test)]
@@ -194,24 +260,68 @@ mod tests {
         let w = ids(&["b", "c", "n"]);
         let moves = Moves { left: vec![(8, &w[0]), (7, &w[1])], joined: vec![(10, &w[2]), (5, &w[1])] };
         let key = Keys::new("app:").key(FamilyId::VideoCategoryList, &["c1"]);
-        let patch = list_patch(key, before.len(), &moves, |_, id| {
+        let after = |_, id: WidRef<'_>| {
             let at = now_ids.iter().position(|x| x.as_ref() == id).unwrap_or(0);
             (at, now_ids.get(at + 1).map(Wid::as_ref))
-        })
-        .expect("a few moves in a long list are patched");
-        assert!(matches!(patch.edits[..2], [Edit::LRem(_), Edit::LRem(_)]), "{:?}", patch.edits);
-        assert_eq!(patch.apply(Some(Value::List(before))), Ok(Some(Value::List(now))));
+        };
+        let patch = list_patch(key.clone(), before.len(), &moves, after, 30_000)
+            .expect("a few moves in a long list are patched");
+        let [patch] = patch.as_slice() else { panic!("one step: {patch:?}") };
+        // c moved: removed right before it goes in again; b left, last.
+        let members: Vec<&str> = patch
+            .edits
+            .iter()
+            .map(|e| match e {
+                Edit::LRem(m) | Edit::LInsert { item: m, .. } | Edit::RPush(m) | Edit::ZRem(m) | Edit::ZAdd(_, m) => {
+                    m.as_str()
+                }
+            })
+            .collect();
+        assert_eq!(members, ["c", "c", "n", "b"]);
+        assert!(matches!(patch.edits[..2], [Edit::LRem(_), Edit::LInsert { .. }]), "{:?}", patch.edits);
+        assert_eq!(patch.apply(Some(Value::List(before.clone()))), Ok(Some(Value::List(now.clone()))));
+        // Steps of a member or two: each leaves every member that stays.
+        let step = Patch::fixed_cost(&key) + 2 * ELEMENT_COST + 100;
+        let steps = list_patch(key, before.len(), &moves, after, step).expect("a member fits a step");
+        assert_eq!(steps.len(), 2, "{steps:?}");
+        let mut value = Some(Value::List(before));
+        for step in &steps {
+            value = step.apply(value).expect("each step starts where the one before left the key");
+            let Some(Value::List(items)) = &value else { panic!("emptied: {value:?}") };
+            assert!(["a", "c", "d"].iter().all(|m| items.iter().any(|i| i == m)), "a member went missing: {items:?}");
+        }
+        assert_eq!(value, Some(Value::List(now)));
     }
 
     #[test]
-    fn a_patch_that_costs_more_than_a_replace_is_not_sent() {
+    fn a_big_patch_goes_in_steps_and_one_dearer_than_a_replace_not_at_all() {
         let w = ids(&["a", "b"]);
         let key = Keys::new("app:").key(FamilyId::VideoCategoryIndex, &["c1"]);
         let moves = Moves { left: vec![], joined: vec![(1, &w[0]), (2, &w[1])] };
-        let patch = zset_patch(key.clone(), 100, &moves).expect("two of a hundred are patched");
-        assert_eq!(patch.edits, vec![Edit::ZAdd(1, "a".into()), Edit::ZAdd(2, "b".into())]);
-        let many: Vec<Wid> = (0..100).map(|i| Wid::new(&format!("m{i}"))).collect();
-        let big = Moves { left: vec![], joined: many.iter().map(|w| (1, w)).collect() };
-        assert!(zset_patch(key, 10_000, &big).is_none(), "a hundred edits are more than one step carries");
+        let patch = zset_patch(key.clone(), 100, &moves, 30_000).expect("two of a hundred are patched");
+        assert_eq!(patch.len(), 1);
+        assert_eq!(patch[0].edits, vec![Edit::ZAdd(1, "a".into()), Edit::ZAdd(2, "b".into())]);
+        // A hundred members, of whom forty left, twenty moved and forty
+        // joined, over 10,000: steps, each within the step and guarded by
+        // the size the one before leaves.
+        let many: Vec<Wid> = (0..100).map(|i| Wid::new(&format!("m{i:03}"))).collect();
+        let big = Moves {
+            left: many[..60].iter().map(|w| (1, w)).collect(),
+            joined: many[40..].iter().map(|w| (2, w)).collect(),
+        };
+        let steps = zset_patch(key.clone(), 10_000, &big, 30_000).expect("cheaper than a replace");
+        assert!(steps.len() > 1 && steps.iter().all(|p| p.cost <= 30_000), "{steps:?}");
+        assert_eq!(steps.iter().map(|p| p.edits.len()).sum::<usize>(), 100);
+        let fillers = (0..9_940).map(|i| (1, format!("f{i:04}")));
+        let mut value = Some(Value::Zset(fillers.clone().chain(many[..60].iter().map(|w| (1, w.text()))).collect()));
+        for step in &steps {
+            value = step.apply(value).expect("each step starts where the one before left the key");
+        }
+        let mut now: Vec<(i64, String)> = fillers.chain(many[40..].iter().map(|w| (2, w.text()))).collect();
+        now.sort();
+        assert_eq!(value, Some(Value::Zset(now)));
+        assert!(zset_patch(key.clone(), 100, &big, 30_000).is_none(), "dearer than replacing a hundred");
+        let small = Patch::fixed_cost(&key) + ELEMENT_COST;
+        assert!(zset_patch(key, 10_000, &big, small).is_none(), "a member's edit alone exceeds the step");
     }
 }

@@ -271,6 +271,8 @@ impl Engine<'_> {
             Ok(()) => {
                 let patched = plan.changes.iter().filter(|c| matches!(c, Change::Patch(_))).count();
                 self.metrics.patched_keys.fetch_add(patched as u64, std::sync::atomic::Ordering::Relaxed);
+                let steps: usize = plan.later.iter().map(Vec::len).sum();
+                self.metrics.patch_steps.fetch_add(steps as u64, std::sync::atomic::Ordering::Relaxed);
                 let videos: Vec<String> = applied.videos.keys().cloned().collect();
                 state.commit(applied, &self.ctx.keys, &plan.record);
                 // Not written: held with unknown contents until rewritten.

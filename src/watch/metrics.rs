@@ -43,6 +43,9 @@ pub struct WatchMetrics {
     /// Keys the batches changed in place (see `watch::delta`) instead of
     /// replacing them whole.
     pub patched_keys: AtomicU64,
+    /// Steps of patches too big for one atomic unit, after their first
+    /// (see `watch::delta`).
+    pub patch_steps: AtomicU64,
     /// Keys the drift check compared, by family (`FamilyId as usize`).
     pub drift_checked: [AtomicU64; FAMILIES],
     /// Keys the drift check found different and rewrote, by family.
@@ -242,6 +245,7 @@ impl WatchMetrics {
             "stream_errors": load(&self.stream_errors),
             "failed_batches": load(&self.failed_batches),
             "patched_keys": load(&self.patched_keys),
+            "patch_steps": load(&self.patch_steps),
             "rejected": load(&self.rejected),
             "problems": self.problems_json(),
             "lag_ms": load(&self.lag_ms),

@@ -33,6 +33,10 @@ pub struct RedisView {
 pub struct BatchPlan {
     /// The keys of the scopes the batch touched, in any order.
     pub changes: Vec<Change>,
+    /// The steps of patches too big for one after their first (which is
+    /// in `changes`): the `n`th list holds every patch's step `n + 1`, so
+    /// a key's steps land in order, each after the one before.
+    pub later: Vec<Vec<Change>>,
     /// The touched videos' own keys (`video:detail`, `video:categories`),
     /// written after every other change, their last transaction with the
     /// resume tokens: once one is in Redis, every key that indexes its
@@ -236,16 +240,27 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         out.record.written.push((op.key.text.clone(), held));
         out.changes.push(Change::Put(op));
     }
-    for (patch, size) in scoped.patches {
+    for (steps, size) in scoped.patches {
+        let Some(key) = steps.first().map(|p| p.key.text.clone()) else { continue };
         // Never also deleted: an emptied key is gone by the patch itself
         // (an `UNLINK` in another transaction of the batch could land
         // first and fail the patch's guard).
-        planned.insert(patch.key.text.clone());
+        planned.insert(key.clone());
         match size {
-            0 => out.record.deleted.push(patch.key.text.clone()),
-            size => out.record.written.push((patch.key.text.clone(), Some(Held { digest: None, size }))),
+            0 => out.record.deleted.push(key),
+            size => out.record.written.push((key, Some(Held { digest: None, size }))),
         }
-        out.changes.push(Change::Patch(patch));
+        for (n, patch) in steps.into_iter().enumerate() {
+            match n.checked_sub(1) {
+                None => out.changes.push(Change::Patch(patch)),
+                Some(later) => {
+                    if out.later.len() <= later {
+                        out.later.resize_with(later + 1, Vec::new);
+                    }
+                    out.later[later].push(Change::Patch(patch));
+                }
+            }
+        }
     }
 
     // Keys of the affected scopes that the new state no longer has. A
@@ -305,9 +320,9 @@ struct Whole<'a> {
 struct ScopePlan {
     /// Keys replaced whole.
     ops: Vec<Op>,
-    /// Keys patched, each with its size after (0: the patch empties it,
-    /// and Redis drops it).
-    patches: Vec<(Patch, usize)>,
+    /// Keys patched, each as its steps in order, with its size after (0:
+    /// the patch empties it, and Redis drops it).
+    patches: Vec<(Vec<Patch>, usize)>,
     /// Keys of patched scopes that stay as they are, or are patched.
     kept: Vec<String>,
 }
@@ -458,13 +473,13 @@ fn patch_category(
     let mut patches = Vec::new();
     for key in keys {
         let patch = match key.family {
-            FamilyId::VideoCategoryIndex => delta::zset_patch(key.clone(), before, &moves),
+            FamilyId::VideoCategoryIndex => delta::zset_patch(key.clone(), before, &moves, ctx.patch_step),
             _ => {
                 let sym = sym.expect("a category with members is referenced");
                 let after = |added, w: WidRef<'_>| {
                     delta::next_kept(state.members().after_in_category(sym, added, w), |_, _| true)
                 };
-                delta::list_patch(key.clone(), before, &moves, after)
+                delta::list_patch(key.clone(), before, &moves, after, ctx.patch_step)
             }
         };
         match patch {
@@ -506,7 +521,7 @@ fn patch_tag(
     let members = state.members();
     let in_owner = |added, w: WidRef<'_>| members.in_category(Some(owner), added, w);
     let after = |added, w: WidRef<'_>| delta::next_kept(members.after_in_tag(sym, added, w), in_owner);
-    match delta::list_patch(key, before, &moves, after) {
+    match delta::list_patch(key, before, &moves, after, ctx.patch_step) {
         Some(patch) => {
             out.patches.push((patch, now));
             true

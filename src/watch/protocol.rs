@@ -6,7 +6,8 @@
 //! 1. The batch's scopes go to `cdc:pending` first, so a restart after a
 //!    partial write knows what to recompute.
 //! 2. The scope keys go out as transactions cut by the budget, in any
-//!    order.
+//!    order; then the later steps of patches too big for one, step by
+//!    step.
 //! 3. The touched videos' own keys follow, every run but the last.
 //! 4. The last run of those carries the resume tokens (and clears
 //!    `cdc:pending` once the streams have caught up with a load): once
@@ -35,6 +36,8 @@ pub fn steps(plan: &BatchPlan, budget: TxBudget, catching_up: bool) -> Vec<Step<
         out.push(Step::Pending(plan.record.scopes.to_members()));
         out.push(Step::Runs(budget.cut(&plan.changes)));
     }
+    // A patch's later steps, each after the one before.
+    out.extend(plan.later.iter().filter(|wave| !wave.is_empty()).map(|wave| Step::Runs(budget.cut(wave))));
     // The videos' own keys go after every key that indexes them (see
     // `BatchPlan::last`).
     let mut last = budget.cut(&plan.last);
@@ -71,6 +74,27 @@ mod tests {
         assert!(matches!(&steps[2], Step::Runs(runs) if runs.len() == 1 && runs[0].len() == 2));
         assert!(matches!(&steps[3], Step::Tokens { changes, clear: true } if changes.len() == 1));
         assert_eq!(steps.len(), 4);
+    }
+
+    #[test]
+    fn a_patch_s_later_steps_follow_its_first_in_order() {
+        let keys = Keys::new("app:");
+        let count = |id| put(&keys, FamilyId::CategoryVideoCount, id);
+        let plan = BatchPlan {
+            changes: vec![count("c1")],
+            later: vec![vec![count("c2")], vec![], vec![count("c3")]],
+            ..BatchPlan::default()
+        };
+        let steps = steps(&plan, TxBudget { max_keys: 10, max_cost: usize::MAX }, false);
+        let runs: Vec<String> = steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Runs(runs) => Some(runs[0][0].key().text.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(runs, ["app:category:video:count:c1", "app:category:video:count:c2", "app:category:video:count:c3"]);
+        assert!(matches!(steps.last(), Some(Step::Tokens { .. })));
     }
 
     #[test]

@@ -14,12 +14,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if std::env::var_os("CACHEWRIGHT_THP").is_none() {
-        cachewright::usage::disable_transparent_huge_pages();
-    }
-    if matches!(cli.command, cachewright::cli::Command::Watch(_) | cachewright::cli::Command::Serve(_)) {
-        cachewright::usage::return_freed_memory_promptly();
-    }
+    cachewright::usage::configure_process(matches!(
+        cli.command,
+        cachewright::cli::Command::Watch(_) | cachewright::cli::Command::Serve(_)
+    ));
     cli.global.init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -113,6 +113,8 @@ const EXIT_REFUSED: u8 = 4;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // As the product's `rebuild`, or its `watch` for the watcher's bench.
+    cachewright::usage::configure_process(matches!(&cli.command, Command::Bench(args) if args.watch));
     cli.global.init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -898,8 +898,10 @@ async fn patches_and_drift(setup: Setup) {
     assert_eq!(watcher.metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed), 0);
     assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 51).await;
 
-    // A burst: forty uploads between the members, in one command (one or
-    // a few batches), move more members than a unit carries.
+    // A burst: forty uploads between the members, in one command. A batch
+    // carrying four or more of them patches in steps; the forty events
+    // reach the watcher together (one command, one reply of the stream),
+    // so at least one batch does.
     let steps = || watcher.metrics.patch_steps.load(std::sync::atomic::Ordering::Relaxed);
     let mut burst: Vec<Document> = (0..40).map(|i| upload(i * 3 + 1)).collect();
     burst.iter_mut().enumerate().for_each(|(i, doc)| drop(doc.insert("_id", format!("b{i}"))));

@@ -11,7 +11,6 @@
 mod common;
 
 use cachewright::config::Config;
-use cachewright::plan::patch::PATCH_STEP_COST;
 use cachewright::plan::plan_in_memory;
 use cachewright::plan::{Change, FamilySet, Op, PlanCtx, TxBudget};
 use cachewright::rebuild::plan_ctx;
@@ -268,13 +267,15 @@ fn render(store: &Store) -> String {
 }
 
 fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
-    run_with(initial, steps, PATCH_STEP_COST)
+    run_with(initial, steps, None)
 }
 
-/// [`run`] with patches cut into steps costing at most `patch_step`.
-fn run_with(initial: Vec<Step>, steps: Vec<Step>, patch_step: usize) -> Result<(), TestCaseError> {
+/// [`run`], with patches cut into steps costing at most `patch_step`
+/// instead of the configuration's unit.
+fn run_with(initial: Vec<Step>, steps: Vec<Step>, patch_step: Option<usize>) -> Result<(), TestCaseError> {
     let cfg = config();
-    let ctx = PlanCtx { patch_step, ..plan_ctx(&cfg, FamilySet::all()) };
+    let ctx = plan_ctx(&cfg, FamilySet::all());
+    let ctx = PlanCtx { patch_step: patch_step.unwrap_or(ctx.patch_step), ..ctx };
     let mut mongo = Mongo::default();
     for s in &initial {
         mongo.apply(s);
@@ -510,7 +511,7 @@ proptest! {
         initial in proptest::collection::vec(step_in_big_scopes(), 20..80),
         steps in proptest::collection::vec(step_in_big_scopes(), 1..80),
     ) {
-        run_with(initial, steps, 4_000)?;
+        run_with(initial, steps, Some(4_000))?;
     }
 }
 

@@ -18,11 +18,6 @@ use crate::registry::{RedisType, Registry, Tier};
 /// [`Value::cost`].
 pub const SCAN_COST: usize = 4;
 
-/// What one step of a patch may cost Redis unless the sink says more: a
-/// step runs as one atomic unit, on a cluster a script of a quarter of
-/// the default write budget (`Sink::unit_cost`).
-pub const PATCH_STEP_COST: usize = 30_000;
-
 /// One edit of a patch, in the order it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Edit {

@@ -168,7 +168,9 @@ pub fn plan_ctx(cfg: &Config, families: FamilySet) -> PlanCtx {
         search_lengths: cfg.tag_search_lengths.clone(),
         home_sections: cfg.home_sections(),
         families,
-        patch_step: crate::plan::patch::PATCH_STEP_COST,
+        // A cluster script's share of the budget, which one node's
+        // transaction holds too; the watcher sets its sink's own unit.
+        patch_step: cfg.write_batch_cost / crate::sink::cluster::SCRIPT_BUDGET_DIVISOR,
     }
 }
 

@@ -241,7 +241,9 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         out.changes.push(Change::Put(op));
     }
     for (steps, size) in scoped.patches {
-        let Some(key) = steps.first().map(|p| p.key.text.clone()) else { continue };
+        let mut steps = steps.into_iter();
+        let Some(first) = steps.next() else { continue };
+        let key = first.key.text.clone();
         // Never also deleted: an emptied key is gone by the patch itself
         // (an `UNLINK` in another transaction of the batch could land
         // first and fail the patch's guard).
@@ -250,16 +252,12 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
             0 => out.record.deleted.push(key),
             size => out.record.written.push((key, Some(Held { digest: None, size }))),
         }
-        for (n, patch) in steps.into_iter().enumerate() {
-            match n.checked_sub(1) {
-                None => out.changes.push(Change::Patch(patch)),
-                Some(later) => {
-                    if out.later.len() <= later {
-                        out.later.resize_with(later + 1, Vec::new);
-                    }
-                    out.later[later].push(Change::Patch(patch));
-                }
+        out.changes.push(Change::Patch(first));
+        for (wave, patch) in steps.enumerate() {
+            if out.later.len() == wave {
+                out.later.push(Vec::new());
             }
+            out.later[wave].push(Change::Patch(patch));
         }
     }
 

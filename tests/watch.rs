@@ -740,13 +740,27 @@ async fn a_category_of_9000_videos_renamed_and_flipped_on_a_cluster_follows() {
     })
     .await;
 
+    // Each flip patches the 9,000 members' `video:categories` in place
+    // (`SREM big`, then `SADD big`).
+    let patched = || watcher.metrics.patched_keys.load(std::sync::atomic::Ordering::Relaxed);
+    let before_flips = patched();
     for status in [0, 1] {
         categories.update_one(doc! {"_id": "big"}, doc! {"$set": {"status": status}}).await.unwrap();
         d.settle(&url, &prefix).await;
     }
-    let metrics = watcher.stop().await;
-    assert_eq!(metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed), 0, "no batch failed");
+    assert_eq!(watcher.metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed), 0, "no batch failed");
+    assert!(patched() - before_flips >= 18_000, "{} keys patched by the flips", patched() - before_flips);
     assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 21).await;
+
+    // A member's set gains a stray id behind the watcher's back: the next
+    // flip's patch of it is refused by its size guard, the batch is taken
+    // back and replayed with the key replaced whole.
+    let stray_key = format!("{prefix}:video:categories:b5");
+    let _: usize = redis::cmd("SADD").arg(&stray_key).arg("stray").query_async(&mut conn).await.unwrap();
+    categories.update_one(doc! {"_id": "big"}, doc! {"$set": {"status": 0}}).await.unwrap();
+    d.settle(&url, &prefix).await;
+    stop_after_a_refusal(watcher, "the drifted set's patch was refused").await;
+    assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 22).await;
 }
 
 /// Issue 21's backlog case: on the 3-master cluster, 3,000 changes of the
@@ -813,6 +827,53 @@ async fn a_platform_backlog_on_a_cluster_stays_within_the_budget_and_equals_a_fu
     assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 41).await;
 }
 
+/// Stops the watcher, which must have had a batch refused (`why`) and
+/// taken back.
+async fn stop_after_a_refusal(watcher: common::watcher::Watcher, why: &str) {
+    let metrics = watcher.stop().await;
+    assert!(metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed) >= 1, "{why}");
+}
+
+/// A set patch on real Redis, one node and the cluster: `SADD` of the
+/// members a video joins and `SREM` of those it leaves land behind the
+/// size guard with the key's TTL; an `SADD` of a member already there or
+/// an `SREM` of one missing is refused as drift, and so is a key of
+/// another size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_patches_are_guarded_on_one_node_and_on_the_cluster() {
+    use cachewright::plan::Change;
+    use cachewright::plan::patch::{Edit, Patch};
+    use cachewright::registry::FamilyId;
+    for setup in [Setup::OneNode, Setup::Cluster] {
+        let name = common::unique("setpatch");
+        let cfg = watch_env(&name, &format!("w{name}")).redis(&setup.redis_url()).config();
+        let sink = cachewright::sink::Sink::connect(&cfg.redis()).await.unwrap();
+        let key = cachewright::keys::Keys::new(format!("w{name}:")).key(FamilyId::VideoCategories, &["v1"]);
+        let mut conn = common::redis_conn(&setup.redis_url()).await;
+        let _: usize = redis::cmd("SADD").arg(&key.text).arg("a").arg("b").query_async(&mut conn).await.unwrap();
+        let patch = |before, edits| vec![Change::Patch(Patch::new(key.clone(), before, edits, 0))];
+        let members = |conn: &mut cachewright::sink::RedisConn| {
+            let key = key.text.clone();
+            let mut conn = conn.clone();
+            async move {
+                let mut m: Vec<String> = redis::cmd("SMEMBERS").arg(&key).query_async(&mut conn).await.unwrap();
+                m.sort();
+                m
+            }
+        };
+
+        sink.apply_changes(&patch(2, vec![Edit::SAdd("c".into()), Edit::SRem("a".into())])).await.unwrap();
+        assert_eq!(members(&mut conn).await, ["b", "c"], "{setup:?}");
+        let ttl: i64 = redis::cmd("TTL").arg(&key.text).query_async(&mut conn).await.unwrap();
+        assert!(ttl > 0, "{setup:?}: the patched key has its TTL ({ttl})");
+        for (before, edit) in [(2, Edit::SAdd("b".into())), (2, Edit::SRem("z".into())), (3, Edit::SAdd("d".into()))] {
+            let err = sink.apply_changes(&patch(before, vec![edit.clone()])).await.unwrap_err();
+            assert!(err.is_drift(), "{setup:?}: {edit:?} from {before} members: {err}");
+        }
+        assert_eq!(members(&mut conn).await, ["b", "c"], "{setup:?}: a refused patch changed nothing");
+    }
+}
+
 /// Patches, on one node and on the cluster: once the watcher wrote a
 /// category's keys, later uploads into it change them in place (counted
 /// on `patched_keys`) and the cache equals a fresh rebuild. A burst of
@@ -875,16 +936,18 @@ async fn patches_and_drift(setup: Setup) {
     };
     // Once caught up, the watcher counts the index keys whose size is the
     // state's as known: every upload (new, old and in between) is a patch
-    // of the category's index and list and the tag's list.
+    // of the category's index and list and the tag's list, and its own
+    // `video:categories` is a patch of the (empty) key it read.
     let patched = || watcher.metrics.patched_keys.load(std::sync::atomic::Ordering::Relaxed);
     for (i, id) in [(100, "p100"), (101, "p101"), (-5, "p-5"), (30, "p30b")].into_iter().enumerate() {
         let mut doc = upload(id.0);
         doc.insert("_id", id.1);
         videos.insert_one(doc).await.unwrap();
         applied(detail_of(id.1)).await;
-        // The count moves just after the batch's last write lands.
-        let wanted = 3 * (i as u64 + 1);
-        common::wait_for(&format!("upload {i} patched three keys"), Duration::from_secs(10), || async move {
+        // The count moves just after the batch's last write lands. Its
+        // fourth patch is the upload's own `video:categories`.
+        let wanted = 4 * (i as u64 + 1);
+        common::wait_for(&format!("upload {i} patched four keys"), Duration::from_secs(10), || async move {
             patched() >= wanted
         })
         .await;
@@ -919,11 +982,7 @@ async fn patches_and_drift(setup: Setup) {
     videos.insert_one(upload(200)).await.unwrap();
     applied(detail_of("p200")).await;
     d.settle(&url, &prefix).await;
-    let metrics = watcher.stop().await;
-    assert!(
-        metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed) >= 1,
-        "the patch over the drifted list was refused"
-    );
+    stop_after_a_refusal(watcher, "the patch over the drifted list was refused").await;
     assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 52).await;
 }
 

@@ -31,14 +31,26 @@ pub enum Edit {
     LInsert { item: String, pivot: String },
     /// `RPUSH`: the item goes last.
     RPush(String),
+    /// `SADD`: the member must not be there yet.
+    SAdd(String),
+    /// `SREM`: the member must be there.
+    SRem(String),
 }
 
 impl Edit {
+    /// The member or item the edit adds, moves or removes.
+    pub fn member(&self) -> &str {
+        match self {
+            Edit::ZRem(m) | Edit::ZAdd(_, m) | Edit::LRem(m) | Edit::RPush(m) | Edit::SAdd(m) | Edit::SRem(m) => m,
+            Edit::LInsert { item, .. } => item,
+        }
+    }
+
     /// What the edit costs Redis beyond the list entries it walks past.
     pub fn cost(&self) -> usize {
         match self {
             Edit::ZRem(m) | Edit::ZAdd(_, m) => m.len() + 2 * ELEMENT_COST,
-            Edit::LRem(m) | Edit::RPush(m) => m.len() + ELEMENT_COST,
+            Edit::LRem(m) | Edit::RPush(m) | Edit::SAdd(m) | Edit::SRem(m) => m.len() + ELEMENT_COST,
             Edit::LInsert { item, pivot } => item.len() + pivot.len() + ELEMENT_COST,
         }
     }
@@ -114,15 +126,29 @@ impl Patch {
                 }
                 (Edit::RPush(m), Some(Value::List(items))) => items.push(m.clone()),
                 (Edit::RPush(m), None) => value = Some(Value::List(vec![m.clone()])),
+                (Edit::SAdd(m), Some(Value::Set(items))) => match items.contains(m) {
+                    true => return Err(format!("{} already holds {m}", self.key.text)),
+                    false => items.push(m.clone()),
+                },
+                (Edit::SAdd(m), None) => value = Some(Value::Set(vec![m.clone()])),
+                (Edit::SRem(m), Some(Value::Set(items))) => match items.iter().position(|x| x == m) {
+                    Some(at) => drop(items.remove(at)),
+                    None => return lacks(m),
+                },
                 (edit, _) => return Err(format!("{edit:?} does not apply to {}", self.key.text)),
             }
             if value.as_ref().is_some_and(|v| v.elements() == 0) {
                 value = None;
             }
         }
-        if let Some(Value::Zset(items)) = &mut value {
+        match &mut value {
             // A sorted set reads back by score, then member bytes.
-            items.sort_by(|(sa, a), (sb, b)| sa.cmp(sb).then_with(|| a.as_bytes().cmp(b.as_bytes())));
+            Some(Value::Zset(items)) => {
+                items.sort_by(|(sa, a), (sb, b)| sa.cmp(sb).then_with(|| a.as_bytes().cmp(b.as_bytes())))
+            }
+            // A set has no order: sorted, so equal sets compare equal.
+            Some(Value::Set(items)) => items.sort(),
+            _ => {}
         }
         Ok(value)
     }
@@ -166,6 +192,20 @@ mod tests {
         assert_eq!(gone.apply(before), Ok(None));
         let fresh = Patch::new(key, 0, vec![Edit::ZAdd(3, "n".into())], 0);
         assert_eq!(fresh.apply(None), Ok(Some(Value::Zset(vec![(3, "n".into())]))));
+    }
+
+    #[test]
+    fn a_set_patch_adds_absent_members_and_removes_present_ones() {
+        let key = Keys::new("app:").key(FamilyId::VideoCategories, &["v1"]);
+        let set = |items: &[&str]| Some(Value::Set(items.iter().map(|s| s.to_string()).collect()));
+        let patch = Patch::new(key.clone(), 2, vec![Edit::SAdd("c".into()), Edit::SRem("a".into())], 0);
+        assert_eq!(patch.apply(set(&["b", "a"])), Ok(set(&["b", "c"])));
+        assert!(patch.apply(set(&["a", "c"])).unwrap_err().contains("already holds c"));
+        assert!(patch.apply(set(&["b", "d"])).unwrap_err().contains("lacks a"));
+        let created = Patch::new(key.clone(), 0, vec![Edit::SAdd("c".into())], 0);
+        assert_eq!(created.apply(None), Ok(set(&["c"])));
+        let emptied = Patch::new(key, 1, vec![Edit::SRem("c".into())], 0);
+        assert_eq!(emptied.apply(set(&["c"])), Ok(None));
     }
 
     #[test]

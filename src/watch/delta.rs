@@ -268,15 +268,7 @@ mod tests {
             .expect("a few moves in a long list are patched");
         let [patch] = patch.as_slice() else { panic!("one step: {patch:?}") };
         // c moved: removed right before it goes in again; b left, last.
-        let members: Vec<&str> = patch
-            .edits
-            .iter()
-            .map(|e| match e {
-                Edit::LRem(m) | Edit::LInsert { item: m, .. } | Edit::RPush(m) | Edit::ZRem(m) | Edit::ZAdd(_, m) => {
-                    m.as_str()
-                }
-            })
-            .collect();
+        let members: Vec<&str> = patch.edits.iter().map(Edit::member).collect();
         assert_eq!(members, ["c", "c", "n", "b"]);
         assert!(matches!(patch.edits[..2], [Edit::LRem(_), Edit::LInsert { .. }]), "{:?}", patch.edits);
         assert_eq!(patch.apply(Some(Value::List(before.clone()))), Ok(Some(Value::List(now.clone()))));

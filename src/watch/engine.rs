@@ -269,7 +269,7 @@ impl Engine<'_> {
         );
         match written {
             Ok(()) => {
-                let patched = plan.changes.iter().filter(|c| matches!(c, Change::Patch(_))).count();
+                let patched = plan.changes.iter().chain(&plan.last).filter(|c| matches!(c, Change::Patch(_))).count();
                 self.metrics.patched_keys.fetch_add(patched as u64, std::sync::atomic::Ordering::Relaxed);
                 let steps: usize = plan.later.iter().map(Vec::len).sum();
                 self.metrics.patch_steps.fetch_add(steps as u64, std::sync::atomic::Ordering::Relaxed);

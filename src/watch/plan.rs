@@ -38,11 +38,11 @@ pub struct BatchPlan {
     /// a key's steps land in order, each after the one before.
     pub later: Vec<Vec<Change>>,
     /// The touched videos' own keys (`video:detail`, `video:categories`),
-    /// written after every other change, their last transaction with the
-    /// resume tokens: once one is in Redis, every key that indexes its
-    /// video is too, and once all are, the batch is saved. A replay after
-    /// a partial write sees the others old and recomputes what they
-    /// index.
+    /// patches first, written after every other change, their last
+    /// transaction (never a patch) with the resume tokens: once one is in
+    /// Redis, every key that indexes its video is too, and once all are,
+    /// the batch is saved. A replay after a partial write sees the others
+    /// old and recomputes what they index.
     pub last: Vec<Change>,
     /// What the writes change in what the state knows of the cache.
     pub record: Record,
@@ -117,6 +117,9 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     // Tags whose list an earlier batch may have left half-written, or
     // whose catalogue side changed, are replaced whole.
     let mut whole_tags = tags.clone();
+    // Categories whose activation this batch changed from what the cache
+    // is known to hold (see `categories_before`).
+    let mut sure_flips: HashSet<String> = HashSet::new();
     tags.extend(applied.tags.iter().cloned());
     channels.extend(applied.channels.iter().cloned());
 
@@ -134,6 +137,13 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         // documents the batch touched.
         let was_active = |id: &str| before.category(catalog, id).is_some_and(|c| c.active);
         let flips = |id: &&String| was_active(id) != catalog.active_category(id).is_some();
+        // The cache holds what the state held before these flips unless
+        // an earlier batch may have left their members half-written, or
+        // the state may be ahead of the cache.
+        if !state.catching_up && !state.replayed {
+            let sure = applied.categories.iter().filter(flips).filter(|c| !state.dirty.memberships.contains(*c));
+            sure_flips.extend(sure.cloned());
+        }
         flipped.extend(applied.categories.iter().filter(flips).cloned());
         // Replayed events may name categories whose activation the
         // loaded documents already hold but the cache does not: every
@@ -238,7 +248,13 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         }
         let held = d.map(|d| Held { digest: Some(d), size: op.value.elements() });
         out.record.written.push((op.key.text.clone(), held));
-        out.changes.push(Change::Put(op));
+        // A key that waits for its slot holds unknown contents.
+        let known = |w: &str| categories_before(state, applied, redis, (&flipped, &sure_flips), w);
+        let before = |w: &str| known(w).filter(|_| !state.deferred.contains(&op.key.text));
+        match set_patch(ctx, &op, before) {
+            Some(patch) => out.changes.push(Change::Patch(patch)),
+            None => out.changes.push(Change::Put(op)),
+        }
     }
     for (steps, size) in scoped.patches {
         let mut steps = steps.into_iter();
@@ -290,10 +306,64 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     }
     out.record.scopes = Scopes { categories: cats, tags, channels, videos, memberships: flipped };
     let per_video = |c: &Change| matches!(c.key().family, FamilyId::VideoDetail | FamilyId::VideoCategories);
-    let (last, changes) = std::mem::take(&mut out.changes).into_iter().partition(per_video);
+    let (mut last, changes): (Vec<Change>, _) = std::mem::take(&mut out.changes).into_iter().partition(per_video);
+    // Patches first: the protocol keeps them out of the tokens' run.
+    last.sort_by_key(|c| !matches!(c, Change::Patch(_)));
     out.changes = changes;
     out.last = last;
     out
+}
+
+/// What a video's `video:categories` holds before the batch, where the
+/// cache is known to hold it (else `None`): for a video the batch
+/// touched, what was just read from Redis; for another member of a
+/// category the batch (de)activated, its active categories with those
+/// flips undone, when every flip it references is sure (`flips`: the
+/// batch's flipped categories and those of them that are sure). Never
+/// while the state may be ahead of the cache, nor for a video an earlier
+/// batch may have left half-written or whose key waits for its slot.
+fn categories_before(
+    state: &State,
+    applied: &Applied,
+    redis: &RedisView,
+    (flipped, sure): (&BTreeSet<String>, &HashSet<String>),
+    w: &str,
+) -> Option<BTreeSet<String>> {
+    if state.catching_up || state.replayed || state.dirty.videos.contains(w) {
+        return None;
+    }
+    if applied.videos.contains_key(w) {
+        return Some(redis.categories.get(w).cloned().unwrap_or_default());
+    }
+    let video = state.effective(w)?;
+    let mut old = BTreeSet::new();
+    for c in video.cats.iter().map(|&s| state.name(s)) {
+        let now = state.catalog.active_category(c).is_some();
+        let was = match flipped.contains(c) {
+            true if sure.contains(c) => !now,
+            true => return None,
+            false => now,
+        };
+        if was {
+            old.insert(c.to_string());
+        }
+    }
+    Some(old)
+}
+
+/// A video's new `video:categories` as a patch (`SADD` the categories it
+/// joins, `SREM` those it leaves) from what the key holds before, when
+/// `before` knows that. Adds go first, so the key is not dropped and
+/// created again in the middle of its step.
+fn set_patch(ctx: &PlanCtx, op: &Op, before: impl Fn(&str) -> Option<BTreeSet<String>>) -> Option<Patch> {
+    use crate::plan::patch::Edit;
+    let (FamilyId::VideoCategories, Value::Set(now)) = (op.key.family, &op.value) else { return None };
+    let (_, args) = ctx.keys.parse(&op.key.text)?;
+    let w = args.first()?;
+    let old = before(w)?;
+    let joins = now.iter().filter(|c| !old.contains(*c)).map(|c| Edit::SAdd(c.clone()));
+    let leaves = old.iter().filter(|c| !now.contains(c)).map(|c| Edit::SRem(c.clone()));
+    Some(Patch::new(op.key.clone(), old.len(), joins.chain(leaves).collect(), 0))
 }
 
 /// Whether a key's family is recomputed by tag too (its tag's scope

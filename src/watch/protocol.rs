@@ -11,7 +11,8 @@
 //! 3. The touched videos' own keys follow, every run but the last.
 //! 4. The last run of those carries the resume tokens (and clears
 //!    `cdc:pending` once the streams have caught up with a load): once
-//!    it lands, the batch is saved.
+//!    it lands, the batch is saved. It holds no patch (`video:categories`
+//!    patched in place): a patch's guard may refuse it.
 
 use super::plan::BatchPlan;
 use crate::plan::{Change, TxBudget};
@@ -40,10 +41,18 @@ pub fn steps(plan: &BatchPlan, budget: TxBudget, catching_up: bool) -> Vec<Step<
     out.extend(plan.later.iter().filter(|wave| !wave.is_empty()).map(|wave| Step::Runs(budget.cut(wave))));
     // The videos' own keys go after every key that indexes them (see
     // `BatchPlan::last`).
-    let mut last = budget.cut(&plan.last);
+    // A patch's guard may refuse it, and on one node a refused command
+    // does not undo the others of its transaction: patches never share
+    // the tokens' transaction, so a refused one never saves the batch.
+    // They come first in `plan.last`.
+    let patched = plan.last.iter().take_while(|c| matches!(c, Change::Patch(_))).count();
+    let (patches, rest) = plan.last.split_at(patched);
+    let mut runs = budget.cut(patches);
+    let mut last = budget.cut(rest);
     let with_tokens = last.pop().unwrap_or_default();
-    if !last.is_empty() {
-        out.push(Step::Runs(last));
+    runs.extend(last);
+    if !runs.is_empty() {
+        out.push(Step::Runs(runs));
     }
     out.push(Step::Tokens { changes: with_tokens, clear: !catching_up });
     out
@@ -95,6 +104,29 @@ mod tests {
             .collect();
         assert_eq!(runs, ["app:category:video:count:c1", "app:category:video:count:c2", "app:category:video:count:c3"]);
         assert!(matches!(steps.last(), Some(Step::Tokens { .. })));
+    }
+
+    #[test]
+    fn patched_video_keys_never_share_the_tokens_transaction() {
+        use crate::plan::patch::{Edit, Patch};
+        let keys = Keys::new("app:");
+        let patch = |id| {
+            let key = keys.key(FamilyId::VideoCategories, &[id]);
+            Change::Patch(Patch::new(key, 1, vec![Edit::SAdd("c2".into())], 0))
+        };
+        let only_patches = BatchPlan { last: vec![patch("v1"), patch("v2")], ..BatchPlan::default() };
+        let budget = TxBudget { max_keys: 10, max_cost: usize::MAX };
+        let alone = steps(&only_patches, budget, false);
+        assert!(matches!(&alone[0], Step::Runs(runs) if runs.len() == 1 && runs[0].len() == 2));
+        assert!(matches!(&alone[1], Step::Tokens { changes, .. } if changes.is_empty()));
+        let mixed = BatchPlan {
+            last: vec![patch("v1"), put(&keys, FamilyId::VideoDetail, "v1"), put(&keys, FamilyId::VideoDetail, "v2")],
+            ..BatchPlan::default()
+        };
+        let together = steps(&mixed, budget, false);
+        assert!(matches!(&together[0], Step::Runs(runs) if runs.len() == 1 && matches!(runs[0][0], Change::Patch(_))));
+        let puts_only = |changes: &[Change]| changes.len() == 2 && changes.iter().all(|c| matches!(c, Change::Put(_)));
+        assert!(matches!(&together[1], Step::Tokens { changes, .. } if puts_only(changes)));
     }
 
     #[test]

@@ -26,11 +26,14 @@ use crate::keys::status::{epoch_copy_key, probe_key};
 /// each as its argument count and its arguments. Every size guard
 /// (`SIZEIS key size-command n`, see [`SIZE_GUARD`]) is checked before
 /// any command runs; a key whose size is not `n` fails the whole step
-/// with `DRIFTED`. Then the other commands run in order. A patch's edit
-/// that finds its element missing (`ZREM`, `LREM`, a `LINSERT` pivot)
-/// stops the step with `DRIFTED` too: the key no longer holds what the
-/// writer knew, and the writer then replaces it whole (a patch's edits
-/// before it may have run; the key is rewritten either way).
+/// with `DRIFTED`. Then the other commands run in order. An edit of a
+/// guarded key (a patch's) that finds its element missing (`ZREM`,
+/// `SREM`, `LREM`, a `LINSERT` pivot) or already there (`SADD`) stops the
+/// step with `DRIFTED` too: the key no longer holds what the writer knew,
+/// and the writer then replaces it whole (a patch's edits before it may
+/// have run; the key is rewritten either way). Other keys' commands are
+/// not judged: a job's `SMOVE`, cut into `SREM` and `SADD` on a cluster,
+/// may find its id already moved.
 macro_rules! run_commands {
     ($first:literal) => {
         concat!(
@@ -38,11 +41,13 @@ macro_rules! run_commands {
             $first,
             "
 local i = first
+local guarded = {}
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
   if ARGV[i + 1] == 'SIZEIS' then
     local found = redis.call(ARGV[i + 3], ARGV[i + 2])
     if found ~= tonumber(ARGV[i + 4]) then return redis.error_reply('DRIFTED ' .. ARGV[i + 2] .. ' holds ' .. found) end
+    guarded[ARGV[i + 2]] = true
   end
   i = i + n + 1
 end
@@ -52,8 +57,9 @@ while i <= #ARGV do
   local name = ARGV[i + 1]
   if name ~= 'SIZEIS' then
     local r = redis.call(unpack(ARGV, i + 1, i + n))
-    if (name == 'LINSERT' and r <= 0) or (name == 'LREM' and r == 0) or (name == 'ZREM' and r < n - 2) then
-      return redis.error_reply('DRIFTED ' .. ARGV[i + 2] .. ' lacks an element of its ' .. name)
+    if guarded[ARGV[i + 2]] and ((name == 'LINSERT' and r <= 0) or (name == 'LREM' and r == 0)
+      or ((name == 'ZREM' or name == 'SREM' or name == 'SADD') and r < n - 2)) then
+      return redis.error_reply('DRIFTED ' .. ARGV[i + 2] .. ' does not hold what its ' .. name .. ' expects')
     end
   end
   i = i + n + 1

@@ -65,7 +65,7 @@ pub fn add_changes<'a>(
 }
 
 /// A patch's commands: the size guard, the edits in order (runs of
-/// `ZREM` and of `ZADD` as one command each, at most [`CHUNK`] members),
+/// `ZREM`, `ZADD`, `SADD` and `SREM` as one command each, at most [`CHUNK`] members),
 /// then the key's TTL, as a whole replace sets it. An emptied key is gone
 /// and its `EXPIRE` does nothing, as a rebuild writes no empty collection.
 pub fn add_patch(step: &mut redis::Pipeline, patch: &Patch, seconds: u64) {
@@ -74,25 +74,16 @@ pub fn add_patch(step: &mut redis::Pipeline, patch: &Patch, seconds: u64) {
     let mut edits = patch.edits.iter().peekable();
     while let Some(edit) = edits.next() {
         match edit {
-            Edit::ZRem(first) => {
-                let cmd = step.cmd("ZREM").arg(key).arg(first);
+            // Runs of one variadic command go as one command.
+            Edit::ZRem(_) | Edit::ZAdd(..) | Edit::SAdd(_) | Edit::SRem(_) => {
+                step.cmd(variadic_name(edit)).arg(key);
+                add_variadic(step, edit);
                 let mut n = 1;
+                let same = |e: &&Edit| std::mem::discriminant(*e) == std::mem::discriminant(edit);
                 while n < CHUNK
-                    && let Some(Edit::ZRem(m)) = edits.peek()
+                    && let Some(next) = edits.next_if(same)
                 {
-                    cmd.arg(m);
-                    edits.next();
-                    n += 1;
-                }
-            }
-            Edit::ZAdd(score, first) => {
-                let cmd = step.cmd("ZADD").arg(key).arg(*score).arg(first);
-                let mut n = 1;
-                while n < CHUNK
-                    && let Some(Edit::ZAdd(score, m)) = edits.peek()
-                {
-                    cmd.arg(*score).arg(m);
-                    edits.next();
+                    add_variadic(step, next);
                     n += 1;
                 }
             }
@@ -102,6 +93,26 @@ pub fn add_patch(step: &mut redis::Pipeline, patch: &Patch, seconds: u64) {
         }
     }
     step.cmd("EXPIRE").arg(key).arg(seconds);
+}
+
+/// The command of an edit that runs of its kind share.
+fn variadic_name(edit: &Edit) -> &'static str {
+    match edit {
+        Edit::ZRem(_) => "ZREM",
+        Edit::ZAdd(..) => "ZADD",
+        Edit::SAdd(_) => "SADD",
+        _ => "SREM",
+    }
+}
+
+/// Appends a variadic edit's arguments to the pipeline's last command (a
+/// sorted-set member's score first).
+fn add_variadic(step: &mut redis::Pipeline, edit: &Edit) {
+    match edit {
+        Edit::ZAdd(score, m) => drop(step.arg(*score).arg(m)),
+        Edit::ZRem(m) | Edit::SAdd(m) | Edit::SRem(m) | Edit::LRem(m) | Edit::RPush(m) => drop(step.arg(m)),
+        Edit::LInsert { .. } => {}
+    }
 }
 
 /// Appends the commands that replace every key of `ops` whole (see

@@ -217,13 +217,24 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         }
     }
 
-    // The scopes' keys come off their ordered members; the rebuild's
-    // planner gives the selected videos' `video:categories`.
+    // Members of a category the batch (de)activated that it did not
+    // touch otherwise: their `video:categories` is patched from the flips
+    // alone. The rebuild's planner gives the other videos' sets, and the
+    // scopes' keys come off their ordered members.
+    let mut flip_patches: Vec<Patch> = Vec::new();
+    let mut selected = rustc_hash::FxHashSet::default();
+    for w in &videos {
+        match flip_patch(state, applied, ctx, (&flipped, &sure_flips), w) {
+            Some(patch) => flip_patches.push(patch),
+            None => drop(selected.insert(w.clone())),
+        }
+    }
+    out.visited += flip_patches.len();
     let sel = Selection {
         categories: Some(Default::default()),
         tags: Some(Default::default()),
         channels: Some(Default::default()),
-        videos: Some(videos.iter().cloned().collect()),
+        videos: Some(selected),
     };
     let mut ops = plan_homes(state, ctx, &channels);
     let whole_cats: BTreeSet<String> = state.dirty.categories.union(&flipped).cloned().collect();
@@ -249,12 +260,19 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         let held = d.map(|d| Held { digest: Some(d), size: op.value.elements() });
         out.record.written.push((op.key.text.clone(), held));
         // A key that waits for its slot holds unknown contents.
-        let known = |w: &str| categories_before(state, applied, redis, (&flipped, &sure_flips), w);
+        let known = |w: &str| categories_before(state, applied, redis, w);
         let before = |w: &str| known(w).filter(|_| !state.deferred.contains(&op.key.text));
         match set_patch(ctx, &op, before) {
             Some(patch) => out.changes.push(Change::Patch(patch)),
             None => out.changes.push(Change::Put(op)),
         }
+    }
+    // Recorded as written, like a whole set (the state files no
+    // per-video key); one the patch empties is dropped by Redis itself.
+    for patch in flip_patches {
+        planned.insert(patch.key.text.clone());
+        out.record.written.push((patch.key.text.clone(), None));
+        out.changes.push(Change::Patch(patch));
     }
     for (steps, size) in scoped.patches {
         let mut steps = steps.into_iter();
@@ -314,41 +332,62 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     out
 }
 
-/// What a video's `video:categories` holds before the batch, where the
-/// cache is known to hold it (else `None`): for a video the batch
-/// touched, what was just read from Redis; for another member of a
-/// category the batch (de)activated, its active categories with those
-/// flips undone, when every flip it references is sure (`flips`: the
-/// batch's flipped categories and those of them that are sure). Never
-/// while the state may be ahead of the cache, nor for a video an earlier
-/// batch may have left half-written or whose key waits for its slot.
-fn categories_before(
+/// Whether the cache is known to hold what the state says of video `w`
+/// before the batch: not while the state may be ahead of the cache, nor
+/// for a video an earlier batch may have left half-written.
+fn trusted(state: &State, w: &str) -> bool {
+    !(state.catching_up || state.replayed || state.dirty.videos.contains(w))
+}
+
+/// What a touched video's `video:categories` holds before the batch: what
+/// the batch just read of it from Redis (`None` for a video it did not
+/// touch, or one not [`trusted`]).
+fn categories_before(state: &State, applied: &Applied, redis: &RedisView, w: &str) -> Option<BTreeSet<String>> {
+    let touched = trusted(state, w) && applied.videos.contains_key(w);
+    touched.then(|| redis.categories.get(w).cloned().unwrap_or_default())
+}
+
+/// The `video:categories` patch of an active video the batch did not
+/// touch, which references categories the batch (de)activated: the flips
+/// alone change its set (`SADD` of a category turned active, then `SREM`
+/// of one turned inactive), from the active categories it had. `None`
+/// when one of its flips is not sure (`flips`: the batch's flipped
+/// categories, and those whose members the cache is known to hold as the
+/// state did before the batch), when the video is not [`trusted`], or
+/// when its key waits for its slot (unknown contents).
+fn flip_patch(
     state: &State,
     applied: &Applied,
-    redis: &RedisView,
+    ctx: &PlanCtx,
     (flipped, sure): (&BTreeSet<String>, &HashSet<String>),
     w: &str,
-) -> Option<BTreeSet<String>> {
-    if state.catching_up || state.replayed || state.dirty.videos.contains(w) {
+) -> Option<Patch> {
+    use crate::plan::patch::Edit;
+    if applied.videos.contains_key(w) || !ctx.families.contains(FamilyId::VideoCategories) || !trusted(state, w) {
         return None;
     }
-    if applied.videos.contains_key(w) {
-        return Some(redis.categories.get(w).cloned().unwrap_or_default());
-    }
     let video = state.effective(w)?;
-    let mut old = BTreeSet::new();
-    for c in video.cats.iter().map(|&s| state.name(s)) {
+    let key = ctx.keys.key(FamilyId::VideoCategories, &[w]);
+    if state.deferred.contains(&key.text) {
+        return None;
+    }
+    let (mut before, mut joins, mut leaves) = (0, Vec::new(), Vec::new());
+    for c in distinct(video.cats.iter().copied()).into_iter().map(|s| state.name(s)) {
         let now = state.catalog.active_category(c).is_some();
         let was = match flipped.contains(c) {
             true if sure.contains(c) => !now,
             true => return None,
             false => now,
         };
-        if was {
-            old.insert(c.to_string());
+        before += usize::from(was);
+        match (was, now) {
+            (false, true) => joins.push(Edit::SAdd(c.to_string())),
+            (true, false) => leaves.push(Edit::SRem(c.to_string())),
+            _ => {}
         }
     }
-    Some(old)
+    joins.append(&mut leaves);
+    Some(Patch::new(key, before, joins, 0))
 }
 
 /// A video's new `video:categories` as a patch (`SADD` the categories it

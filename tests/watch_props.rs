@@ -11,6 +11,7 @@
 mod common;
 
 use cachewright::config::Config;
+use cachewright::plan::patch::Edit;
 use cachewright::plan::plan_in_memory;
 use cachewright::plan::{Change, FamilySet, Op, PlanCtx, TxBudget};
 use cachewright::rebuild::plan_ctx;
@@ -634,7 +635,7 @@ fn a_batch_visits_only_the_members_of_the_scopes_it_touched() {
 }
 
 #[test]
-fn renaming_a_big_category_touches_its_catalogue_keys_only() {
+fn a_big_category_renamed_touches_its_catalogue_keys_and_flipped_patches_its_members_sets() {
     let n = 9_000;
     let (mut mongo, mut state, mut store) = two_categories(n);
     let rename = doc! { "name": "Renamed", "seq": 1, "status": 1 };
@@ -647,11 +648,32 @@ fn renaming_a_big_category_touches_its_catalogue_keys_only() {
     );
     let written: Vec<&str> = plan.changes.iter().chain(&plan.last).map(|c| c.key().text.as_str()).collect();
     assert!(written.iter().all(|k| !k.contains("video:")), "{written:?}");
-    // Turning it off rewrites its members' categories, and the pending
+    // Turning it off changes its members' categories, and the pending
     // record still names the category, not its 9,000 videos.
     let off = doc! { "name": "Renamed", "seq": 1, "status": 0 };
     let plan = one_batch(&mut mongo, &mut state, &mut store, &[Step::Put(Coll::Category, 0, off)]);
     assert_eq!(plan.record.scopes.videos.len(), n);
     let pending = plan.record.scopes.to_members();
     assert!(pending.len() < 10 && pending.contains(&"cm:c0".to_string()), "{pending:?}");
+    // Each member's set is patched from the flip alone: `SREM c0` from
+    // one member (which empties it), then `SADD c0` into none.
+    let sets = |plan: &cachewright::watch::plan::BatchPlan| -> Vec<(usize, Vec<Edit>)> {
+        let family = |c: &&Change| c.key().family == cachewright::registry::FamilyId::VideoCategories;
+        let mut out = Vec::new();
+        for change in plan.changes.iter().chain(&plan.last).filter(family) {
+            match change {
+                Change::Patch(p) => out.push((p.before, p.edits.clone())),
+                other => panic!("a member's set not patched: {other:?}"),
+            }
+        }
+        out
+    };
+    let removed = sets(&plan);
+    assert_eq!(removed.len(), n);
+    assert!(removed.iter().all(|(before, edits)| *before == 1 && edits == &[Edit::SRem("c0".into())]));
+    let on = doc! { "name": "Renamed", "seq": 1, "status": 1 };
+    let plan = one_batch(&mut mongo, &mut state, &mut store, &[Step::Put(Coll::Category, 0, on)]);
+    let added = sets(&plan);
+    assert_eq!(added.len(), n);
+    assert!(added.iter().all(|(before, edits)| *before == 0 && edits == &[Edit::SAdd("c0".into())]));
 }

@@ -64,10 +64,11 @@ pub fn add_changes<'a>(
     }
 }
 
-/// A patch's commands: the size guard, the edits in order (runs of
-/// `ZREM`, `ZADD`, `SADD` and `SREM` as one command each, at most [`CHUNK`] members),
-/// then the key's TTL, as a whole replace sets it. An emptied key is gone
-/// and its `EXPIRE` does nothing, as a rebuild writes no empty collection.
+/// A patch's commands: the size guard, the edits in order (a run of
+/// `ZREM`, `ZADD`, `SADD` or `SREM` as one command, at most [`CHUNK`]
+/// members), then the key's TTL, as a whole replace sets it. An emptied
+/// key is gone and its `EXPIRE` does nothing, as a rebuild writes no
+/// empty collection.
 pub fn add_patch(step: &mut redis::Pipeline, patch: &Patch, seconds: u64) {
     let key = patch.key.text.as_str();
     step.cmd(crate::sink::cluster::SIZE_GUARD).arg(key).arg(patch.size_command()).arg(patch.before);
@@ -252,6 +253,27 @@ mod tests {
         add_changes(&mut one_node, &changes, &ttl, 0.0, || 0.0, false);
         assert_eq!(one_node.cmd_iter().count(), 1, "one EVAL for the transaction's patches");
         assert_in_order(&one_node, &["EVAL", "SIZEIS", "LREM", "LINSERT", "SIZEIS", "ZREM", "ZADD"]);
+    }
+
+    /// A set patch: a run of joins as one `SADD`, then a run of leaves as
+    /// one `SREM`, behind `SCARD`.
+    #[test]
+    fn a_set_patch_sends_one_sadd_and_one_srem() {
+        use crate::plan::patch::{Edit, Patch};
+        let key = Keys::new("app:").key(FamilyId::VideoCategories, &["v1"]);
+        let edits = vec![Edit::SAdd("c3".into()), Edit::SAdd("c4".into()), Edit::SRem("c1".into())];
+        let mut step = redis::pipe();
+        add_patch(&mut step, &Patch::new(key, 2, edits, 0), 5);
+        assert_eq!(step.cmd_iter().count(), 4, "guard, SADD, SREM, EXPIRE");
+        assert_in_order(
+            &step,
+            &[
+                "SIZEIS $23 app:video:categories:v1 $5 SCARD $1 2",
+                "SADD $23 app:video:categories:v1 $2 c3 $2 c4",
+                "SREM $23 app:video:categories:v1 $2 c1",
+                "EXPIRE $23 app:video:categories:v1 $1 5",
+            ],
+        );
     }
 
     fn assert_in_order(pipe: &redis::Pipeline, expected: &[&str]) {

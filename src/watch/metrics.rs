@@ -21,10 +21,6 @@ pub struct WatchMetrics {
     pub batches: AtomicU64,
     pub rebuilds: AtomicU64,
     pub stream_errors: AtomicU64,
-    /// Times the streams reopened from the saved tokens with the state
-    /// kept: each time the watcher catches up again, writing the scopes
-    /// it touches whole until the streams pass the moment of the reopen.
-    pub resumes: AtomicU64,
     /// Batches Redis failed after every retry (rolled back, the streams
     /// reopened from the saved tokens and the batch replayed).
     pub failed_batches: AtomicU64,
@@ -247,7 +243,6 @@ impl WatchMetrics {
             "batches": load(&self.batches),
             "rebuilds_triggered": load(&self.rebuilds),
             "stream_errors": load(&self.stream_errors),
-            "resumes": load(&self.resumes),
             "failed_batches": load(&self.failed_batches),
             "patched_keys": load(&self.patched_keys),
             "patch_steps": load(&self.patch_steps),

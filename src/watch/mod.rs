@@ -254,7 +254,6 @@ pub async fn run_fenced(
                 kept.dirty.extend(&state::Scopes::from_members(sink.members(&status.cdc_pending()).await?));
                 kept.deferred.extend(sink.members(&status.cdc_deferred()).await?);
                 kept.catching_up = true;
-                metrics.resumes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 // The job may have rewritten catalogue keys this state
                 // knows: the next catalogue change checks all of them.
                 kept.catalog_unsure = true;

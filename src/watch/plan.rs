@@ -118,7 +118,7 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     // whose catalogue side changed, are replaced whole.
     let mut whole_tags = tags.clone();
     // Categories whose activation this batch changed from what the cache
-    // is known to hold (see `categories_before`).
+    // is known to hold (see `categories_patch`).
     let mut sure_flips: HashSet<String> = HashSet::new();
     tags.extend(applied.tags.iter().cloned());
     channels.extend(applied.channels.iter().cloned());
@@ -138,12 +138,10 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         let was_active = |id: &str| before.category(catalog, id).is_some_and(|c| c.active);
         let flips = |id: &&String| was_active(id) != catalog.active_category(id).is_some();
         // The cache holds what the state held before these flips unless
-        // an earlier batch may have left their members half-written, or
-        // the state may be ahead of the cache.
-        if !state.catching_up && !state.replayed {
-            let sure = applied.categories.iter().filter(flips).filter(|c| !state.dirty.memberships.contains(*c));
-            sure_flips.extend(sure.cloned());
-        }
+        // an earlier batch may have left their members half-written (a
+        // state ahead of the cache is refused per video, by `trusted`).
+        let sure = applied.categories.iter().filter(flips).filter(|c| !state.dirty.memberships.contains(*c));
+        sure_flips.extend(sure.cloned());
         flipped.extend(applied.categories.iter().filter(flips).cloned());
         // Replayed events may name categories whose activation the
         // loaded documents already hold but the cache does not: every
@@ -217,19 +215,18 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         }
     }
 
-    // Members of a category the batch (de)activated that it did not
-    // touch otherwise: their `video:categories` is patched from the flips
-    // alone. The rebuild's planner gives the other videos' sets, and the
-    // scopes' keys come off their ordered members.
-    let mut flip_patches: Vec<Patch> = Vec::new();
+    // A video's `video:categories` whose contents the batch knows is
+    // patched; the rebuild's planner gives the other videos' sets, and
+    // the scopes' keys come off their ordered members.
+    let mut set_patches: Vec<Patch> = Vec::new();
     let mut selected = rustc_hash::FxHashSet::default();
     for w in &videos {
-        match flip_patch(state, applied, ctx, (&flipped, &sure_flips), w) {
-            Some(patch) => flip_patches.push(patch),
+        match categories_patch(state, applied, redis, ctx, (&flipped, &sure_flips), w) {
+            Some(patch) => set_patches.push(patch),
             None => drop(selected.insert(w.clone())),
         }
     }
-    out.visited += flip_patches.len();
+    out.visited += set_patches.len();
     let sel = Selection {
         categories: Some(Default::default()),
         tags: Some(Default::default()),
@@ -259,17 +256,11 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         }
         let held = d.map(|d| Held { digest: Some(d), size: op.value.elements() });
         out.record.written.push((op.key.text.clone(), held));
-        // A key that waits for its slot holds unknown contents.
-        let known = |w: &str| categories_before(state, applied, redis, w);
-        let before = |w: &str| known(w).filter(|_| !state.deferred.contains(&op.key.text));
-        match set_patch(ctx, &op, before) {
-            Some(patch) => out.changes.push(Change::Patch(patch)),
-            None => out.changes.push(Change::Put(op)),
-        }
+        out.changes.push(Change::Put(op));
     }
     // Recorded as written, like a whole set (the state files no
     // per-video key); one the patch empties is dropped by Redis itself.
-    for patch in flip_patches {
+    for patch in set_patches {
         planned.insert(patch.key.text.clone());
         out.record.written.push((patch.key.text.clone(), None));
         out.changes.push(Change::Patch(patch));
@@ -339,31 +330,26 @@ fn trusted(state: &State, w: &str) -> bool {
     !(state.catching_up || state.replayed || state.dirty.videos.contains(w))
 }
 
-/// What a touched video's `video:categories` holds before the batch: what
-/// the batch just read of it from Redis (`None` for a video it did not
-/// touch, or one not [`trusted`]).
-fn categories_before(state: &State, applied: &Applied, redis: &RedisView, w: &str) -> Option<BTreeSet<String>> {
-    let touched = trusted(state, w) && applied.videos.contains_key(w);
-    touched.then(|| redis.categories.get(w).cloned().unwrap_or_default())
-}
-
-/// The `video:categories` patch of an active video the batch did not
-/// touch, which references categories the batch (de)activated: the flips
-/// alone change its set (`SADD` of a category turned active, then `SREM`
-/// of one turned inactive), from the active categories it had. `None`
-/// when one of its flips is not sure (`flips`: the batch's flipped
-/// categories, and those whose members the cache is known to hold as the
-/// state did before the batch), when the video is not [`trusted`], or
-/// when its key waits for its slot (unknown contents).
-fn flip_patch(
+/// The `video:categories` patch of video `w` (`SADD` of the categories
+/// it joins, then `SREM` of those it leaves) when the batch knows what
+/// its key holds before: for a video the batch touched, what it just
+/// read of it from Redis; for another (a member of categories the batch
+/// (de)activated), its active categories with those flips undone, when
+/// each of them is sure (`flips`: the batch's flipped categories, and
+/// those whose members the cache holds as the state did before the
+/// batch). `None`, and the set is planned whole, for a video not
+/// [`trusted`] or not active, a key that waits for its slot (unknown
+/// contents), or a key missing before and after.
+fn categories_patch(
     state: &State,
     applied: &Applied,
+    redis: &RedisView,
     ctx: &PlanCtx,
     (flipped, sure): (&BTreeSet<String>, &HashSet<String>),
     w: &str,
 ) -> Option<Patch> {
     use crate::plan::patch::Edit;
-    if applied.videos.contains_key(w) || !ctx.families.contains(FamilyId::VideoCategories) || !trusted(state, w) {
+    if !ctx.families.contains(FamilyId::VideoCategories) || !trusted(state, w) {
         return None;
     }
     let video = state.effective(w)?;
@@ -371,38 +357,31 @@ fn flip_patch(
     if state.deferred.contains(&key.text) {
         return None;
     }
-    let (mut before, mut joins, mut leaves) = (0, Vec::new(), Vec::new());
-    for c in distinct(video.cats.iter().copied()).into_iter().map(|s| state.name(s)) {
-        let now = state.catalog.active_category(c).is_some();
-        let was = match flipped.contains(c) {
-            true if sure.contains(c) => !now,
-            true => return None,
-            false => now,
-        };
-        before += usize::from(was);
-        match (was, now) {
-            (false, true) => joins.push(Edit::SAdd(c.to_string())),
-            (true, false) => leaves.push(Edit::SRem(c.to_string())),
-            _ => {}
+    let now = state.active_categories(&state.catalog, video);
+    let old: BTreeSet<String> = match applied.videos.contains_key(w) {
+        true => redis.categories.get(w).cloned().unwrap_or_default(),
+        false => {
+            let mut old = BTreeSet::new();
+            for c in distinct(video.cats.iter().copied()).into_iter().map(|s| state.name(s)) {
+                let active = state.catalog.active_category(c).is_some();
+                let was = match flipped.contains(c) {
+                    true if sure.contains(c) => !active,
+                    true => return None,
+                    false => active,
+                };
+                if was {
+                    old.insert(c.to_string());
+                }
+            }
+            old
         }
+    };
+    if old.is_empty() && now.is_empty() {
+        return None;
     }
-    joins.append(&mut leaves);
-    Some(Patch::new(key, before, joins, 0))
-}
-
-/// A video's new `video:categories` as a patch (`SADD` the categories it
-/// joins, `SREM` those it leaves) from what the key holds before, when
-/// `before` knows that. Adds go first, so the key is not dropped and
-/// created again in the middle of its step.
-fn set_patch(ctx: &PlanCtx, op: &Op, before: impl Fn(&str) -> Option<BTreeSet<String>>) -> Option<Patch> {
-    use crate::plan::patch::Edit;
-    let (FamilyId::VideoCategories, Value::Set(now)) = (op.key.family, &op.value) else { return None };
-    let (_, args) = ctx.keys.parse(&op.key.text)?;
-    let w = args.first()?;
-    let old = before(w)?;
     let joins = now.iter().filter(|c| !old.contains(*c)).map(|c| Edit::SAdd(c.clone()));
     let leaves = old.iter().filter(|c| !now.contains(c)).map(|c| Edit::SRem(c.clone()));
-    Some(Patch::new(op.key.clone(), old.len(), joins.chain(leaves).collect(), 0))
+    Some(Patch::new(key, old.len(), joins.chain(leaves).collect(), 0))
 }
 
 /// Whether a key's family is recomputed by tag too (its tag's scope

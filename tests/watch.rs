@@ -740,11 +740,21 @@ async fn a_category_of_9000_videos_renamed_and_flipped_on_a_cluster_follows() {
     })
     .await;
 
+    // Each flip patches the 9,000 members' `video:categories` in place
+    // (`SREM big`, then `SADD big`). The counters' JSON goes with a
+    // failure: two CI runs once saw the flip back written whole.
+    use std::sync::atomic::Ordering::Relaxed;
+    let m = &watcher.metrics;
+    let rebuilds = m.rebuilds.load(Relaxed);
     for status in [0, 1] {
+        let patched = m.patched_keys.load(Relaxed);
         categories.update_one(doc! {"_id": "big"}, doc! {"$set": {"status": status}}).await.unwrap();
         d.settle(&url, &prefix).await;
+        let n = m.patched_keys.load(Relaxed) - patched;
+        assert!(n >= 9_000, "{n} keys patched by the flip to {status}; the watcher: {}", m.heartbeat());
     }
-    assert_eq!(watcher.metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed), 0, "no batch failed");
+    assert_eq!(m.failed_batches.load(Relaxed), 0, "no batch failed");
+    assert_eq!(m.rebuilds.load(Relaxed), rebuilds, "no rebuild");
     assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 21).await;
 
     // A member's set gains a stray id behind the watcher's back. The next

@@ -32,6 +32,70 @@ const MAX_SPAN: usize = 2 * u8::MAX as usize;
 /// A span: its offset and its length.
 type Span = (u32, u16);
 
+/// Makes room for one more element in a vector of the per-video state
+/// that a load sized exactly: a sixteenth more, not double. Doubling
+/// would leave up to half of every such vector unused after the first
+/// changes (each scope's members on its first upload), a footprint that
+/// grows with the catalogue and not the change. The extra copy a
+/// sixteenth costs (sixteen moves per element pushed, amortized) is
+/// small beside what an insert into a sorted scope already moves.
+pub(super) fn make_room<T>(items: &mut Vec<T>) {
+    if items.len() == items.capacity() {
+        items.reserve_exact((items.len() / 16).max(4));
+    }
+}
+
+/// A vector of fixed pages ([`PAGE`] elements each): it grows a page at a
+/// time and never moves what it holds. The store's records live in one.
+/// A `Vec` of 2M records (56 MiB) would copy itself whole when full,
+/// holding both copies at that moment, and keep up to half of its
+/// capacity unused after.
+#[derive(Debug, Clone, Default)]
+pub struct Paged<T> {
+    pages: Vec<Box<[T]>>,
+    len: usize,
+}
+
+impl<T: Copy + Default> Paged<T> {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn get(&self, at: usize) -> Option<&T> {
+        (at < self.len).then(|| &self.pages[at >> PAGE_BITS][at & IN_PAGE as usize])
+    }
+
+    pub fn push(&mut self, item: T) {
+        let at = self.len & IN_PAGE as usize;
+        if at == 0 {
+            // Filled at once: at most one page is held unused.
+            self.pages.push(vec![T::default(); PAGE].into_boxed_slice());
+        }
+        self.pages[self.len >> PAGE_BITS][at] = item;
+        self.len += 1;
+    }
+
+    /// Bytes its pages take.
+    pub fn footprint(&self) -> usize {
+        self.pages.len() * PAGE * size_of::<T>() + self.pages.capacity() * size_of::<Box<[T]>>()
+    }
+}
+
+impl<T: Copy + Default> std::ops::Index<usize> for Paged<T> {
+    type Output = T;
+
+    fn index(&self, at: usize) -> &T {
+        self.get(at).expect("an index within the pages")
+    }
+}
+
+impl<T: Copy + Default> std::ops::IndexMut<usize> for Paged<T> {
+    fn index_mut(&mut self, at: usize) -> &mut T {
+        assert!(at < self.len, "an index within the pages");
+        &mut self.pages[at >> PAGE_BITS][at & IN_PAGE as usize]
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Arena {
     pages: Vec<Box<[Sym]>>,
@@ -145,6 +209,48 @@ impl Arena {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_vector_grows_by_a_sixteenth() {
+        let mut v: Vec<u32> = Vec::with_capacity(1_600);
+        v.extend(0..1_600);
+        make_room(&mut v);
+        assert_eq!(v.capacity(), 1_700);
+        // Room left: nothing moves.
+        let at = v.as_ptr();
+        make_room(&mut v);
+        assert_eq!((v.capacity(), v.as_ptr()), (1_700, at));
+        // A small or empty one gets a few.
+        let mut empty: Vec<u32> = Vec::new();
+        make_room(&mut empty);
+        assert_eq!(empty.capacity(), 4);
+        // Pushed a hundred thousand times, never more than a sixteenth
+        // (plus the few) unused.
+        let mut grown: Vec<u32> = Vec::new();
+        for i in 0..100_000 {
+            make_room(&mut grown);
+            grown.push(i);
+            assert!(grown.capacity() <= grown.len() + grown.len() / 16 + 4, "{} for {}", grown.capacity(), grown.len());
+        }
+    }
+
+    #[test]
+    fn paged_elements_stay_where_they_were_put() {
+        let mut p: Paged<u64> = Paged::default();
+        assert_eq!((p.len(), p.get(0), p.footprint()), (0, None, 0));
+        p.push(7);
+        let first: *const u64 = &p[0];
+        for i in 1..(2 * PAGE as u64 + 5) {
+            p.push(i * 3);
+        }
+        assert_eq!(p.len(), 2 * PAGE + 5);
+        // Three pages, and the first element never moved.
+        assert_eq!(std::ptr::addr_of!(p[0]), first);
+        assert!(p.footprint() >= 3 * PAGE * 8);
+        assert_eq!((p[0], p[PAGE], p[2 * PAGE + 4]), (7, PAGE as u64 * 3, (2 * PAGE as u64 + 4) * 3));
+        p[PAGE] = 1;
+        assert_eq!((p.get(PAGE), p.get(2 * PAGE + 5)), (Some(&1), None));
+    }
 
     #[test]
     fn spans_hold_their_symbols_across_pages() {

@@ -27,9 +27,10 @@ pub(super) async fn load_state(source: &Source, mongo: &MongoSettings) -> Result
     )?;
     let names = c.clone();
     let internal = |e: tokio::task::JoinError| WatchError::Internal(e.to_string());
-    // Sized once for the collection (plus headroom for what arrives
-    // meanwhile): tables and slab grown by doubling during the load left
-    // their old copies to the allocator, a fifth of the watcher's peak.
+    // The key table sized once for the collection (plus headroom for
+    // what arrives meanwhile): grown by doubling during the load, it and
+    // the record slab (paged since) left their old copies to the
+    // allocator, a fifth of the watcher's peak.
     let expected = source.estimated_count(&c.video).await as usize;
     let mut state = tokio::task::spawn_blocking(move || {
         let mut state = State::new(&names, channels, categories, tags);

@@ -118,6 +118,7 @@ impl Members {
             for s in syms {
                 let scope = map.entry(*s).or_default();
                 if let Err(at) = scope.find(videos, &rank) {
+                    super::arena::make_room(&mut scope.0);
                     scope.0.insert(at, h);
                 }
             }

@@ -1,5 +1,6 @@
 //! The watcher's video documents, compactly: one 28-byte record per
-//! document in a slab addressed by `u32` handles, its references packed in
+//! document in a paged slab ([`Paged`]: it never moves what it holds)
+//! addressed by `u32` handles, its references packed in
 //! an arena ([`super::arena`]), found by `_id` through a hash table of
 //! handles. A document costs its record, its references (4 bytes each)
 //! and about 5 bytes of table; the scopes ([`super::members`]) file
@@ -16,7 +17,7 @@
 //! document back under its old handle and the scopes' handles stay valid
 //! (see [`Videos::undo`]).
 
-use super::arena::Arena;
+use super::arena::{Arena, Paged};
 use super::model::IdKey;
 use crate::model::compact::{Sym, Wid, WidRef};
 use hashbrown::HashTable;
@@ -39,7 +40,7 @@ const LONG: u8 = 16;
 
 /// One document. `addedTime` is kept as two halves so that the record
 /// aligns to 4 bytes: 28 bytes, not 32.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 struct Rec {
     added: [u32; 2],
     /// The `_id`'s bytes, when it is an ObjectId.
@@ -133,7 +134,7 @@ fn hash(value: impl Hash) -> u64 {
 
 #[derive(Debug, Default)]
 pub struct Videos {
-    recs: Vec<Rec>,
+    recs: Paged<Rec>,
     refs: Arena,
     others: FxHashMap<Handle, Other>,
     long: FxHashMap<Handle, Long>,
@@ -155,7 +156,7 @@ pub struct Videos {
 /// can be changed while its hasher reads records.
 #[derive(Clone, Copy)]
 struct Slab<'a> {
-    recs: &'a [Rec],
+    recs: &'a Paged<Rec>,
     others: &'a FxHashMap<Handle, Other>,
 }
 
@@ -190,12 +191,11 @@ impl Videos {
         self.live == 0
     }
 
-    /// Makes room for `more` documents at once (exactly: a load knows
-    /// how many it expects).
+    /// Makes room in the key table for `more` documents at once (a load
+    /// knows how many it expects; the records grow by pages).
     pub fn reserve(&mut self, more: usize) {
         let slab = Slab { recs: &self.recs, others: &self.others };
         self.by_key.reserve(more, |&h| hash(slab.key(h)));
-        self.recs.reserve_exact(more.saturating_sub(self.free.len()));
     }
 
     /// The handle of the document with this `_id`.
@@ -533,7 +533,7 @@ impl Videos {
         let others = (self.others.len() + self.other_owner.len()) * (size_of::<Other>() + 64);
         let long: usize = self.long.values().map(|(_, refs)| 48 + refs.len() * 4).sum();
         let carriers: usize = self.carriers.values().map(|l| 48 + l.capacity() * 4).sum();
-        let recs = self.recs.capacity() * size_of::<Rec>();
+        let recs = self.recs.footprint();
         recs + self.refs.footprint() + table + others + long + carriers + self.free.capacity() * 4
     }
 

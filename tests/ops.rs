@@ -24,7 +24,7 @@ fn alert_rules_pass_promtool() {
         .unwrap();
     let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{said}");
-    assert!(said.contains("SUCCESS: 10 rules found"), "{said}");
+    assert!(said.contains("SUCCESS: 11 rules found"), "{said}");
 }
 
 #[test]

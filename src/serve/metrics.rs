@@ -324,6 +324,12 @@ impl Collector for WatchCollector {
         )?;
         counter(
             &mut encoder,
+            "watch_rounds",
+            "Batches the watcher ended, idle ones included (about one a second with nothing to apply): flat while streaming means its loop is stuck",
+            w.rounds.load(Ordering::Relaxed),
+        )?;
+        counter(
+            &mut encoder,
             "watch_patch_steps",
             "Steps after the first of patches too big for one atomic unit, each its own transaction",
             w.patch_steps.load(Ordering::Relaxed),

@@ -19,6 +19,11 @@ pub struct WatchMetrics {
     /// Events applied per collection (Channel, Category, Tag, VideoMedia).
     pub applied: [AtomicU64; 4],
     pub batches: AtomicU64,
+    /// Batches ended, those of idle streams alone included (each stream
+    /// reports idle about once a second): a round ends after every write,
+    /// counter and token of the one before, so a count read now and seen
+    /// larger later means the batch then in flight is done.
+    pub rounds: AtomicU64,
     pub rebuilds: AtomicU64,
     pub stream_errors: AtomicU64,
     /// Batches Redis failed after every retry (rolled back, the streams
@@ -196,6 +201,7 @@ impl WatchMetrics {
 
     pub fn applied(&self, per_collection: [u64; 4], newest_cluster_time: u32, took: Duration) {
         let total: u64 = per_collection.iter().sum();
+        self.rounds.fetch_add(1, Ordering::Relaxed);
         for (slot, n) in self.applied.iter().zip(per_collection) {
             slot.fetch_add(n, Ordering::Relaxed);
         }

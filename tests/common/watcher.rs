@@ -47,6 +47,20 @@ impl Watcher {
         self.metrics
     }
 
+    /// Waits until the batch in flight now, if any, has ended with its
+    /// counters: the next round to end is that batch or one after it
+    /// (idle streams end one about every second). Its keys may be visible
+    /// before: on a cluster the tokens are saved, and the counters moved,
+    /// after its last write.
+    pub async fn end_of_round(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = self.metrics.rounds.load(Relaxed);
+        super::wait_for("the watcher ending a round", Duration::from_secs(30), || {
+            std::future::ready(self.metrics.rounds.load(Relaxed) > now)
+        })
+        .await;
+    }
+
     /// A crash: the task is dropped wherever it is.
     pub async fn kill(self) {
         self.task.abort();

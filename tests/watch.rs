@@ -800,7 +800,7 @@ async fn a_platform_backlog_on_a_cluster_stays_within_the_budget_and_equals_a_fu
     watcher.stop().await;
 
     let ids: Vec<Bson> = (0..2_000).map(|i| Bson::String(format!("p{i}"))).collect();
-    let mut changes = Changes::new(&d.db, &cfg.collections, Mix::Platform, ids).await.unwrap();
+    let mut changes = Changes::new(&d.db, &cfg.collections, Mix::Platform, 22, ids).await.unwrap();
     for seq in 0..3_000 {
         changes.next(seq).send().await.unwrap();
     }

@@ -103,6 +103,12 @@ struct BenchArgs {
     /// uploads, deletes, category moves, status flips and catalogue edits
     #[arg(long, value_enum, default_value = "platform")]
     mix: cachewright::dev::change_mix::Mix,
+    /// Seed of the --watch mix's choices (which videos, categories and
+    /// tags it changes, and how): the same seed on the same data makes the
+    /// same changes, so two binaries compare on one workload. Default: a
+    /// new seed each run
+    #[arg(long)]
+    seed: Option<u64>,
     /// Also write the final state as plain commands, one `host_port.resp`
     /// file per master, for `redis-cli --pipe` (the physical write limit)
     #[arg(long, value_name = "DIR")]
@@ -206,7 +212,7 @@ async fn bench(cfg: &cachewright::config::Config, args: &BenchArgs) -> DevResult
     }
     let json = if args.watch {
         serde_json::to_string_pretty(
-            &dev::bench_watch::run(cfg, args.mix, args.rate.max(1), args.seconds.max(1)).await?,
+            &dev::bench_watch::run(cfg, args.mix, args.seed, args.rate.max(1), args.seconds.max(1)).await?,
         )?
     } else {
         serde_json::to_string_pretty(&dev::bench::run(cfg, args.resp_dir.as_deref()).await?)?

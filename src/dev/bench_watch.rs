@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Serialize)]
 pub struct WatchBench {
     pub mix: Mix,
+    /// What picked the mix's changes (`--seed`, or the clock's).
+    pub seed: u64,
     pub window_ms: u64,
     pub rate_per_s: u64,
     pub updates_sent: u64,
@@ -118,7 +120,7 @@ async fn spawn_streaming(cfg: &Config, opts: WatchOptions) -> super::DevResult<S
     Ok((stop, watcher, metrics))
 }
 
-pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevResult<WatchBench> {
+pub async fn run(cfg: &Config, mix: Mix, seed: Option<u64>, rate: u64, seconds: u64) -> super::DevResult<WatchBench> {
     let source = Source::connect(&cfg.mongo()).await?;
     let videos = source.database().collection::<Document>(&cfg.collections.video);
     let ids: Vec<mongodb::bson::Bson> = videos
@@ -135,7 +137,10 @@ pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevR
     // Every change carries this run's nonce: an update that sets a value
     // the document already holds is a no-op MongoDB never reports, and a
     // repeated run would wait for events that never come.
-    let mut changes = Changes::new(source.database(), &cfg.collections, mix, ids).await?;
+    let seed = seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    });
+    let mut changes = Changes::new(source.database(), &cfg.collections, mix, seed, ids).await?;
 
     // Sent time of the latest update per video, and measured latencies.
     let sent: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
@@ -228,6 +233,7 @@ pub async fn run(cfg: &Config, mix: Mix, rate: u64, seconds: u64) -> super::DevR
     let applied_total = metrics.total_applied().max(1) as f64;
     Ok(WatchBench {
         mix,
+        seed,
         visited_per_change: visited as f64 / applied_total,
         state_cpu_us_per_change: metrics.state_cpu_us.load(Ordering::Relaxed) as f64 / applied_total,
         peak_rss_mib,

@@ -72,6 +72,7 @@ impl Changes {
         db: &Database,
         names: &crate::config::Collections,
         mix: Mix,
+        seed: u64,
         ids: Vec<Bson>,
     ) -> mongodb::error::Result<Changes> {
         use futures::TryStreamExt;
@@ -89,7 +90,8 @@ impl Changes {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
         Ok(Changes {
             mix,
-            rng: Rng::new(nonce as u64),
+            // The nonce keeps values new; the seed alone picks the changes.
+            rng: Rng::new(seed),
             nonce,
             videos: db.collection(&names.video),
             categories: db.collection(&names.category),

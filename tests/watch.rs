@@ -759,15 +759,15 @@ async fn a_category_of_9000_videos_renamed_and_flipped_on_a_cluster_follows() {
     assert_eq!(m.rebuilds.load(Relaxed), rebuilds, "no rebuild");
     assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 21).await;
 
-    // A member's set gains a stray id behind the watcher's back. The next
-    // flip either patches it (the size guard refuses, and the batch is
-    // replayed with the key replaced whole) or writes it whole: either
-    // way the stray is gone.
+    // A member's set gains a stray id behind the watcher's back: the next
+    // flip's patch of it is refused by its size guard, the batch is taken
+    // back and replayed with the key replaced whole.
     let stray_key = format!("{prefix}:video:categories:b5");
     let _: usize = redis::cmd("SADD").arg(&stray_key).arg("stray").query_async(&mut conn).await.unwrap();
     categories.update_one(doc! {"_id": "big"}, doc! {"$set": {"status": 0}}).await.unwrap();
     d.settle(&url, &prefix).await;
-    watcher.stop().await;
+    let metrics = watcher.stop().await;
+    assert!(metrics.failed_batches.load(Relaxed) >= 1, "the drifted set's patch was refused");
     assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 22).await;
 }
 
@@ -800,7 +800,7 @@ async fn a_platform_backlog_on_a_cluster_stays_within_the_budget_and_equals_a_fu
     watcher.stop().await;
 
     let ids: Vec<Bson> = (0..2_000).map(|i| Bson::String(format!("p{i}"))).collect();
-    let mut changes = Changes::new(&d.db, &cfg.collections, Mix::Platform, 22, ids).await.unwrap();
+    let mut changes = Changes::new(&d.db, &cfg.collections, Mix::Platform, Some(22), ids).await.unwrap();
     for seq in 0..3_000 {
         changes.next(seq).send().await.unwrap();
     }

@@ -137,9 +137,6 @@ pub async fn run(cfg: &Config, mix: Mix, seed: Option<u64>, rate: u64, seconds: 
     // Every change carries this run's nonce: an update that sets a value
     // the document already holds is a no-op MongoDB never reports, and a
     // repeated run would wait for events that never come.
-    let seed = seed.unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-    });
     let mut changes = Changes::new(source.database(), &cfg.collections, mix, seed, ids).await?;
 
     // Sent time of the latest update per video, and measured latencies.
@@ -233,7 +230,7 @@ pub async fn run(cfg: &Config, mix: Mix, seed: Option<u64>, rate: u64, seconds: 
     let applied_total = metrics.total_applied().max(1) as f64;
     Ok(WatchBench {
         mix,
-        seed,
+        seed: changes.seed,
         visited_per_change: visited as f64 / applied_total,
         state_cpu_us_per_change: metrics.state_cpu_us.load(Ordering::Relaxed) as f64 / applied_total,
         peak_rss_mib,

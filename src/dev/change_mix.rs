@@ -47,6 +47,8 @@ pub struct Changes {
     mix: Mix,
     rng: Rng,
     nonce: u128,
+    /// What picks the changes.
+    pub seed: u64,
     videos: Collection<Document>,
     categories: Collection<Document>,
     tags: Collection<Document>,
@@ -72,7 +74,7 @@ impl Changes {
         db: &Database,
         names: &crate::config::Collections,
         mix: Mix,
-        seed: u64,
+        seed: Option<u64>,
         ids: Vec<Bson>,
     ) -> mongodb::error::Result<Changes> {
         use futures::TryStreamExt;
@@ -90,8 +92,10 @@ impl Changes {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
         Ok(Changes {
             mix,
-            // The nonce keeps values new; the seed alone picks the changes.
-            rng: Rng::new(seed),
+            // The nonce keeps values new; the seed alone picks the
+            // changes (the nonce's when none is given).
+            rng: Rng::new(seed.unwrap_or(nonce as u64)),
+            seed: seed.unwrap_or(nonce as u64),
             nonce,
             videos: db.collection(&names.video),
             categories: db.collection(&names.category),

@@ -40,6 +40,7 @@ const LONG: u8 = 16;
 
 /// One document. `addedTime` is kept as two halves so that the record
 /// aligns to 4 bytes: 28 bytes, not 32.
+/// `Default` is an empty slot: dead, no references.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 struct Rec {
     added: [u32; 2],
@@ -66,11 +67,6 @@ impl Rec {
     fn span(&self) -> usize {
         if self.flags & LONG != 0 { 0 } else { usize::from(self.cats) + usize::from(self.tags) }
     }
-}
-
-/// An empty slot.
-fn dead() -> Rec {
-    Rec { added: [0; 2], oid: [0; 12], refs: 0, cats: 0, tags: 0, flags: 0 }
 }
 
 /// What the record of a document whose `_id` is not an ObjectId cannot
@@ -318,7 +314,7 @@ impl Videos {
     /// its written id, is the same), a new one is filed last among the
     /// carriers of its written id. `written` is what its `_id` writes.
     pub fn put(&mut self, key: IdKey, raw_id: Bson, written: Option<Wid>, fields: Option<Fields>) -> Handle {
-        let mut rec = Rec { flags: LIVE, ..dead() };
+        let mut rec = Rec { flags: LIVE, ..Rec::default() };
         let mut long = None;
         if let Some(f) = fields {
             rec.flags |= VALID | if f.active { ACTIVE } else { 0 };
@@ -380,7 +376,7 @@ impl Videos {
         match self.free.pop() {
             Some(h) => h,
             None => {
-                self.recs.push(dead());
+                self.recs.push(Rec::default());
                 Handle::try_from(self.recs.len() - 1).expect("fewer than 4 billion video documents")
             }
         }
@@ -395,7 +391,7 @@ impl Videos {
         if let Ok(entry) = self.by_key.find_entry(hash(k), |&x| x == h) {
             entry.remove();
         }
-        self.recs[h as usize] = dead();
+        self.recs[h as usize] = Rec::default();
         self.others.remove(&h);
         self.long.remove(&h);
         self.live -= 1;
@@ -633,7 +629,7 @@ mod tests {
 
     #[test]
     fn added_time_survives_its_two_halves() {
-        let mut rec = dead();
+        let mut rec = Rec::default();
         for ms in [0, -1, i64::MIN, i64::MAX, 1_767_225_600_000, -62_135_596_800_000] {
             rec.set_added_ms(ms);
             assert_eq!(rec.added_ms(), ms);

@@ -15,7 +15,7 @@ pub use control::{jobs, reporter};
 pub use fence::lease;
 pub use topology::{acl, cluster};
 use topology::{cluster_io, conn, router, sentinel};
-use write::{pipeline, sweep, writer};
+use write::{pipeline, sweep, unit, writer};
 
 pub use crate::retry::RetryPolicy;
 pub use acl::Access;
@@ -26,6 +26,7 @@ pub use lease::{Fence, Lease, LeaseError};
 pub use pipeline::{build_commands, build_pipeline, ttl_with_jitter};
 pub use state::info_value;
 pub use sweep::{Existing, Produced, Stale, digest};
+pub use unit::Unit;
 pub use writer::{WriteOutcome, per_video, run_writer};
 
 use crate::config::{RedisSettings, TierSeconds, redact_url, scrub};
@@ -453,40 +454,30 @@ impl Sink {
         if whole.is_empty() && !ops.is_empty() {
             return Ok(());
         }
-        self.send_with(|pipe| pipeline::add_ops(pipe, whole, &self.ttl, self.jitter, rand::random::<f64>)).await
+        self.send_with(|unit| pipeline::add_ops(unit, whole, &self.ttl, self.jitter, rand::random::<f64>)).await
     }
 
-    /// Sends the commands `body` adds as one idempotent atomic step, like
-    /// [`Sink::send`], but builds them straight into their frame: under a
-    /// fence on one Redis, `MULTI … EXEC WATCH GET` ([`Fence::frame`]), so
-    /// the writes of a rebuild or a watcher batch are not copied into it
-    /// afterwards.
-    pub(crate) async fn send_with(&self, body: impl FnOnce(&mut redis::Pipeline)) -> Result<(), SinkError> {
-        match &self.fence {
-            Some(fence) if !self.is_cluster() => self.send_fenced(fence, &fence.frame(body)).await,
-            _ => {
-                let mut pipe = redis::pipe();
-                pipe.atomic();
-                body(&mut pipe);
-                self.send(pipe).await
-            }
-        }
+    /// Sends the unit `body` builds, like [`Sink::send`].
+    pub(crate) async fn send_with(&self, body: impl FnOnce(&mut Unit)) -> Result<(), SinkError> {
+        let mut unit = Unit::new();
+        body(&mut unit);
+        self.send(unit).await
     }
 
-    /// Sends one idempotent atomic pipeline, retrying retriable failures;
-    /// fenced when the sink is.
-    pub async fn send(&self, pipe: redis::Pipeline) -> Result<(), SinkError> {
+    /// Sends one idempotent atomic unit, retrying retriable failures;
+    /// fenced when the sink is. On one node it goes as one transaction
+    /// (under a fence, `MULTI … EXEC WATCH GET`, see [`Fence::frame`]); a
+    /// cluster cuts it by slot (see [`cluster::split`]).
+    pub async fn send(&self, unit: Unit) -> Result<(), SinkError> {
         if let RedisConn::Cluster(router) = &self.conn {
-            return self.send_cluster(router, &pipe).await;
+            return self.send_cluster(router, &unit).await;
         }
         if let Some(fence) = &self.fence {
-            let full = fence.frame(|full| {
-                for cmd in pipe.cmd_iter() {
-                    full.add_command(cmd.clone()).ignore();
-                }
-            });
-            return self.send_fenced(fence, &full).await;
+            return self.send_fenced(fence, &fence.frame(unit)).await;
         }
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        unit.append_to(&mut pipe);
         let conn = &self.conn;
         self.retry
             .run(|| {
@@ -642,12 +633,12 @@ impl Sink {
         if rest.is_empty() {
             return Ok(());
         }
-        self.send_with(|pipe| self.add_changes(pipe, rest)).await
+        self.send_with(|unit| self.add_changes(unit, rest)).await
     }
 
-    /// Appends `changes` with this sink's TTLs and jitter to `pipe`.
-    fn add_changes<'a>(&self, pipe: &mut redis::Pipeline, changes: impl IntoIterator<Item = &'a crate::plan::Change>) {
-        pipeline::add_changes(pipe, changes, &self.ttl, self.jitter, rand::random::<f64>, self.is_cluster());
+    /// Appends `changes` with this sink's TTLs and jitter to `unit`.
+    fn add_changes<'a>(&self, unit: &mut Unit, changes: impl IntoIterator<Item = &'a crate::plan::Change>) {
+        pipeline::add_changes(unit, changes, &self.ttl, self.jitter, rand::random::<f64>);
     }
 
     /// The server's `run_id`, which changes when Redis restarts; on a

@@ -149,8 +149,6 @@ impl Sink {
         if keys.is_empty() {
             return Ok(());
         }
-        let mut pipe = redis::pipe();
-        pipe.atomic().cmd("UNLINK").arg(keys).ignore();
-        self.send(pipe).await
+        self.send_with(|unit| unit.unlink(keys)).await
     }
 }

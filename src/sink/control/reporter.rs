@@ -3,7 +3,7 @@
 
 use crate::keys::status::StatusKeys;
 use crate::progress::ProgressEvent;
-use crate::sink::Sink;
+use crate::sink::{Sink, Unit};
 use crate::status::{JOB_TTL_SECONDS, unix_now};
 use std::collections::HashSet;
 use std::fmt;
@@ -77,23 +77,19 @@ impl JobReporter {
             ("keys_deleted", "0".into()),
             ("rejected", "0".into()),
         ];
-        let mut pipe = redis::pipe();
-        pipe.cmd("HSET").arg(&job).arg(&fields[..]).ignore();
-        pipe.cmd("EXPIRE").arg(&job).arg(JOB_TTL_SECONDS).ignore();
-        pipe.cmd("SADD").arg(reporter.keys.jobs("active")).arg(&reporter.run_id).ignore();
-        pipe.cmd("INCR").arg(reporter.keys.total_jobs()).ignore();
+        let mut unit = Unit::new();
+        unit.cmd("HSET", &job).arg(&fields[..]);
+        unit.cmd("EXPIRE", &job).arg(JOB_TTL_SECONDS);
+        unit.cmd("SADD", reporter.keys.jobs("active")).arg(&reporter.run_id);
+        unit.cmd("INCR", reporter.keys.total_jobs());
         let text = format!("{trigger} run started");
-        pipe.cmd("PUBLISH")
-            .arg(reporter.keys.progress(&reporter.run_id))
-            .arg(message("info", None, &text, 0, 0))
-            .ignore();
-        reporter.apply(pipe).await;
+        unit.publish(&reporter.keys.progress(&reporter.run_id), &message("info", None, &text, 0, 0));
+        reporter.apply(unit).await;
         reporter
     }
 
-    async fn apply(&self, mut pipe: redis::Pipeline) {
-        pipe.atomic();
-        if let Err(err) = self.sink.send(pipe).await {
+    async fn apply(&self, unit: Unit) {
+        if let Err(err) = self.sink.send(unit).await {
             tracing::warn!(run_id = %self.run_id, error = %err, "could not update job status keys");
         }
     }
@@ -109,12 +105,12 @@ impl JobReporter {
         }
         let now = unix_now().to_string();
         let reason = "abandoned: the instance running it lost the writer lease or stopped";
-        let mut pipe = redis::pipe();
+        let mut unit = Unit::new();
         for id in &ids {
-            self.mark_failed(&mut pipe, id, reason, &now);
+            self.mark_failed(&mut unit, id, reason, &now);
         }
         tracing::warn!(runs = ids.len(), "runs left active by an instance that lost the writer lease marked failed");
-        self.apply(pipe).await;
+        self.apply(unit).await;
     }
 
     /// Drops ids from the state sets whose job hash has expired.
@@ -129,9 +125,9 @@ impl JobReporter {
             let exists = self.sink.exist(&jobs).await.unwrap_or_default();
             let gone: Vec<&String> = ids.iter().zip(exists).filter(|(_, e)| !e).map(|(id, _)| id).collect();
             if !gone.is_empty() {
-                let mut pipe = redis::pipe();
-                pipe.cmd("SREM").arg(&set).arg(gone).ignore();
-                self.apply(pipe).await;
+                let mut unit = Unit::new();
+                unit.cmd("SREM", &set).arg(gone);
+                self.apply(unit).await;
             }
         }
     }
@@ -141,88 +137,72 @@ impl JobReporter {
         let now = unix_now();
         let builder = self.keys.builder(&self.run_id, event.builder);
         let job = self.keys.job(&self.run_id);
-        let mut pipe = redis::pipe();
+        let mut unit = Unit::new();
         if self.builders.insert(event.builder) {
-            pipe.cmd("HSET").arg(&builder).arg("started_at").arg(now).ignore();
+            unit.cmd("HSET", &builder).arg("started_at").arg(now);
         }
         let status = if event.done { "completed" } else { "running" };
-        pipe.cmd("HSET")
-            .arg(&builder)
-            .arg(
-                &[
-                    ("status", status.to_string()),
-                    ("current", event.current.to_string()),
-                    ("total", event.total.to_string()),
-                    ("updated_at", now.to_string()),
-                ][..],
-            )
-            .ignore();
-        pipe.cmd("EXPIRE").arg(&builder).arg(JOB_TTL_SECONDS).ignore();
-        pipe.cmd("HSET")
-            .arg(&job)
-            .arg(
-                &[
-                    ("current_builder", event.builder.to_string()),
-                    ("progress_current", event.current.to_string()),
-                    ("progress_total", event.total.to_string()),
-                    ("updated_at", now.to_string()),
-                ][..],
-            )
-            .ignore();
+        unit.cmd("HSET", &builder).arg(
+            &[
+                ("status", status.to_string()),
+                ("current", event.current.to_string()),
+                ("total", event.total.to_string()),
+                ("updated_at", now.to_string()),
+            ][..],
+        );
+        unit.cmd("EXPIRE", &builder).arg(JOB_TTL_SECONDS);
+        unit.cmd("HSET", &job).arg(
+            &[
+                ("current_builder", event.builder.to_string()),
+                ("progress_current", event.current.to_string()),
+                ("progress_total", event.total.to_string()),
+                ("updated_at", now.to_string()),
+            ][..],
+        );
         let text = if event.done { format!("{} done", event.builder) } else { format!("{} running", event.builder) };
-        pipe.cmd("PUBLISH")
-            .arg(self.keys.progress(&self.run_id))
-            .arg(message("progress", Some(event.builder), &text, event.current, event.total))
-            .ignore();
-        self.apply(pipe).await;
+        let progress = message("progress", Some(event.builder), &text, event.current, event.total);
+        unit.publish(&self.keys.progress(&self.run_id), &progress);
+        self.apply(unit).await;
     }
 
     /// Marks the run completed with its totals.
     pub async fn complete(&self, keys_written: u64, keys_deleted: u64, rejected: u64) {
         let now = unix_now().to_string();
         let job = self.keys.job(&self.run_id);
-        let mut pipe = redis::pipe();
-        pipe.cmd("HSET")
-            .arg(&job)
-            .arg(
-                &[
-                    ("status", "completed".to_string()),
-                    ("finished_at", now.clone()),
-                    ("updated_at", now),
-                    ("keys_written", keys_written.to_string()),
-                    ("keys_deleted", keys_deleted.to_string()),
-                    ("rejected", rejected.to_string()),
-                ][..],
-            )
-            .ignore();
-        pipe.cmd("SMOVE").arg(self.keys.jobs("active")).arg(self.keys.jobs("completed")).arg(&self.run_id).ignore();
+        let mut unit = Unit::new();
+        unit.cmd("HSET", &job).arg(
+            &[
+                ("status", "completed".to_string()),
+                ("finished_at", now.clone()),
+                ("updated_at", now),
+                ("keys_written", keys_written.to_string()),
+                ("keys_deleted", keys_deleted.to_string()),
+                ("rejected", rejected.to_string()),
+            ][..],
+        );
+        unit.smove(self.keys.jobs("active"), self.keys.jobs("completed"), &self.run_id);
         let text =
             format!("completed: {keys_written} keys written, {keys_deleted} deleted, {rejected} documents rejected");
-        pipe.cmd("PUBLISH")
-            .arg(self.keys.progress(&self.run_id))
-            .arg(message("complete", None, &text, keys_written, keys_written))
-            .ignore();
-        self.apply(pipe).await;
+        unit.publish(&self.keys.progress(&self.run_id), &message("complete", None, &text, keys_written, keys_written));
+        self.apply(unit).await;
     }
 
     /// Marks the run failed with its reason.
     pub async fn fail(&self, reason: &str) {
         let now = unix_now().to_string();
-        let mut pipe = redis::pipe();
-        self.mark_failed(&mut pipe, &self.run_id, reason, &now);
-        pipe.cmd("PUBLISH").arg(self.keys.progress(&self.run_id)).arg(message("error", None, reason, 0, 0)).ignore();
-        self.apply(pipe).await;
+        let mut unit = Unit::new();
+        self.mark_failed(&mut unit, &self.run_id, reason, &now);
+        unit.publish(&self.keys.progress(&self.run_id), &message("error", None, reason, 0, 0));
+        self.apply(unit).await;
     }
 
-    /// Adds to `pipe` what marks run `id` failed: its hash and its set.
-    fn mark_failed(&self, pipe: &mut redis::Pipeline, id: &str, reason: &str, now: &str) {
+    /// Adds to `unit` what marks run `id` failed: its hash and its set.
+    fn mark_failed(&self, unit: &mut Unit, id: &str, reason: &str, now: &str) {
         let job = self.keys.job(id);
-        pipe.cmd("HINCRBY").arg(&job).arg("error_count").arg(1).ignore();
-        pipe.cmd("HSET")
-            .arg(&job)
-            .arg(&[("status", "failed"), ("finished_at", now), ("updated_at", now), ("last_error", reason)][..])
-            .ignore();
-        pipe.cmd("SMOVE").arg(self.keys.jobs("active")).arg(self.keys.jobs("failed")).arg(id).ignore();
+        unit.cmd("HINCRBY", &job).arg("error_count").arg(1);
+        unit.cmd("HSET", &job)
+            .arg(&[("status", "failed"), ("finished_at", now), ("updated_at", now), ("last_error", reason)][..]);
+        unit.smove(self.keys.jobs("active"), self.keys.jobs("failed"), id);
     }
 }
 

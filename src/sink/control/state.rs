@@ -3,7 +3,7 @@
 //! fenced sink writes them only while it holds the writer lease.
 
 use crate::keys::status::StatusKeys;
-use crate::sink::{RedisConn, Sink, SinkError};
+use crate::sink::{RedisConn, Sink, SinkError, Unit};
 
 impl Sink {
     /// The saved resume tokens (JSON text) of `collections`, in order;
@@ -37,14 +37,14 @@ impl Sink {
         if changes.is_empty() && tokens.is_empty() && !clear_pending {
             return Ok(());
         }
-        let saves = |pipe: &mut redis::Pipeline| {
+        let saves = |unit: &mut Unit| {
             for (name, text) in tokens {
-                pipe.cmd("SET").arg(keys.cdc_resume(name)).arg(text).ignore();
+                unit.cmd("SET", keys.cdc_resume(name)).arg(text);
             }
         };
-        let clear = |pipe: &mut redis::Pipeline| {
+        let clear = |unit: &mut Unit| {
             if clear_pending {
-                pipe.cmd("DEL").arg(keys.cdc_pending()).ignore();
+                unit.cmd("DEL", keys.cdc_pending());
             }
         };
         if self.is_cluster() {
@@ -55,10 +55,10 @@ impl Sink {
         // Keys written in steps land before the tokens move, like the
         // batch's other runs.
         let rest = self.write_staged_changes(changes).await?;
-        self.send_with(|pipe| {
-            self.add_changes(pipe, rest);
-            saves(pipe);
-            clear(pipe);
+        self.send_with(|unit| {
+            self.add_changes(unit, rest);
+            saves(unit);
+            clear(unit);
         })
         .await
     }
@@ -88,9 +88,10 @@ impl Sink {
     /// what Lua can unpack).
     async fn edit_set(&self, command: &str, set: &str, members: &[String]) -> Result<(), SinkError> {
         for chunk in pending_chunks(members, self.unit_cost) {
-            let mut pipe = redis::pipe();
-            pipe.atomic().cmd(command).arg(set).arg(chunk).ignore();
-            self.send(pipe).await?;
+            self.send_with(|unit| {
+                unit.cmd(command, set).arg(chunk);
+            })
+            .await?;
         }
         Ok(())
     }
@@ -108,9 +109,10 @@ impl Sink {
         if !self.covers(keys.health().as_bytes()) {
             return Ok(());
         }
-        let mut pipe = redis::pipe();
-        pipe.atomic().cmd("SET").arg(keys.health()).arg(body.to_string()).arg("EX").arg(60).ignore();
-        self.send(pipe).await
+        self.send_with(|unit| {
+            unit.cmd("SET", keys.health()).arg(body.to_string()).arg("EX").arg(60);
+        })
+        .await
     }
 
     /// `INFO` of two sections in one reply.

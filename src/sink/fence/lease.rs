@@ -152,14 +152,14 @@ impl Fence {
         self.state.valid()
     }
 
-    /// `MULTI`, the commands `body` adds, `EXEC`, then `WATCH` and `GET`
-    /// of the epoch key, which re-arm the connection for its next
+    /// `MULTI`, `unit` as one node runs it, `EXEC`, then `WATCH` and
+    /// `GET` of the epoch key, which re-arm the connection for its next
     /// transaction (see `Sink::try_fenced`). The replies kept are `EXEC`'s
     /// and the epoch read back.
-    pub(in crate::sink) fn frame(&self, body: impl FnOnce(&mut redis::Pipeline)) -> redis::Pipeline {
+    pub(in crate::sink) fn frame(&self, unit: crate::sink::Unit) -> redis::Pipeline {
         let mut full = redis::pipe();
         full.cmd("MULTI").ignore();
-        body(&mut full);
+        unit.append_to(&mut full);
         full.cmd("EXEC").cmd("WATCH").arg(&self.key).ignore().cmd("GET").arg(&self.key);
         full
     }

@@ -1,4 +1,4 @@
-//! Redis Cluster, the pure part: key slots, how one atomic pipeline
+//! Redis Cluster, the pure part: key slots, how one atomic unit
 //! becomes scripts (one per master, or one per slot), the fencing epoch's
 //! copy and a probe in every slot, and reading the masters' layout.
 //!
@@ -17,6 +17,7 @@
 //! copy on its master with the writer's epoch, inside the same atomic
 //! step as the writes. See ARCHITECTURE.md, "Fencing on a cluster".
 
+use crate::sink::write::unit::{Entry, Unit};
 use indexmap::IndexMap;
 
 pub use crate::keys::slot::{SLOTS, slot};
@@ -246,23 +247,8 @@ pub fn guarded_command(commands: &[Vec<&[u8]>]) -> redis::Cmd {
     cmd
 }
 
-/// Appends `step`'s commands to `pipe` as one atomic step with their
-/// size guards: on a cluster as they are (the slot's write script runs
-/// the guards), on one node inside one unfenced write script (the
-/// fenced transaction around it guards the epoch).
-pub fn add_guarded(pipe: &mut redis::Pipeline, step: &redis::Pipeline, on_cluster: bool) {
-    if on_cluster {
-        for cmd in step.cmd_iter() {
-            pipe.add_command(cmd.clone()).ignore();
-        }
-    } else {
-        let commands: Vec<Vec<&[u8]>> = step.cmd_iter().map(cmd_args).collect();
-        pipe.add_command(guarded_command(&commands)).ignore();
-    }
-}
-
 /// One slot's part of a batch: its commands in their original order,
-/// their arguments borrowed from the pipeline they were cut from.
+/// their arguments borrowed from the unit they were cut from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotPart<'a> {
     pub slot: u16,
@@ -282,7 +268,7 @@ impl SlotPart<'_> {
     }
 }
 
-/// A pipeline cut by slot, plus the commands that name no key
+/// A unit cut by slot, plus the commands that name no key
 /// (`PUBLISH`), which run after every part landed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Split<'a> {
@@ -300,33 +286,29 @@ pub fn cmd_args(cmd: &redis::Cmd) -> Vec<&[u8]> {
         .collect()
 }
 
-/// Cuts the commands of `pipe` by slot. Commands over several keys are
-/// taken apart: `DEL`/`UNLINK`/`EXISTS` per key, and `SMOVE` into `SREM`
-/// plus `SADD` (the two sets live in different slots; each job id sits in
-/// exactly one of the job sets a moment later, as with `SMOVE`).
-pub fn split(pipe: &redis::Pipeline) -> Split<'_> {
+/// Cuts `unit` by slot, from the keys its builder filed each command
+/// under (a keyed command's key is its first argument), not from command
+/// names: an `UNLINK` of many keys goes one key per slot, a move between
+/// two sets as `SREM` plus `SADD` (each job id sits in exactly one of the
+/// job sets a moment later, as with `SMOVE`), a guarded step's commands
+/// each into its key's slot, whose script checks the guards first.
+pub fn split(unit: &Unit) -> Split<'_> {
     fn add<'a>(parts: &mut IndexMap<u16, SlotPart<'a>>, command: Vec<&'a [u8]>) {
         let s = slot(command[1]);
         parts.entry(s).or_insert_with(|| SlotPart { slot: s, commands: Vec::new() }).commands.push(command);
     }
     let mut parts: IndexMap<u16, SlotPart> = IndexMap::new();
     let mut keyless = Vec::new();
-    for cmd in pipe.cmd_iter() {
-        let args = cmd_args(cmd);
-        let Some(name) = args.first().map(|n| n.to_ascii_uppercase()) else { continue };
-        match name.as_slice() {
-            _ if args.len() < 2 => keyless.push(args),
-            b"PUBLISH" => keyless.push(args),
-            b"DEL" | b"UNLINK" | b"EXISTS" => {
-                for key in &args[1..] {
-                    add(&mut parts, vec![args[0], key]);
-                }
+    for entry in unit.entries() {
+        match entry {
+            Entry::Keyed(cmd) => add(&mut parts, cmd_args(cmd)),
+            Entry::Guarded(commands) => commands.iter().for_each(|cmd| add(&mut parts, cmd_args(cmd))),
+            Entry::Unlink(keys) => keys.iter().for_each(|key| add(&mut parts, vec![b"UNLINK", key.as_bytes()])),
+            Entry::Move { from, to, member } => {
+                add(&mut parts, vec![b"SREM", from.as_bytes(), member.as_bytes()]);
+                add(&mut parts, vec![b"SADD", to.as_bytes(), member.as_bytes()]);
             }
-            b"SMOVE" if args.len() == 4 => {
-                add(&mut parts, vec![b"SREM", args[1], args[3]]);
-                add(&mut parts, vec![b"SADD", args[2], args[3]]);
-            }
-            _ => add(&mut parts, args),
+            Entry::Keyless(cmd) => keyless.push(cmd_args(cmd)),
         }
     }
     Split { parts: parts.into_values().collect(), keyless }
@@ -486,16 +468,18 @@ mod tests {
 
     #[test]
     fn a_batch_is_cut_by_slot_keeping_each_key_whole() {
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        pipe.cmd("DEL").arg("app:a").ignore();
-        pipe.cmd("SADD").arg("app:a").arg("x").ignore();
-        pipe.cmd("SET").arg("app:b").arg("v").arg("EX").arg(5).ignore();
-        pipe.cmd("EXPIRE").arg("app:a").arg(9).ignore();
-        pipe.cmd("UNLINK").arg("app:a").arg("app:b").ignore();
-        pipe.cmd("SMOVE").arg("s:active").arg("s:done").arg("r1").ignore();
-        pipe.cmd("PUBLISH").arg("chan").arg("m").ignore();
-        let split = split(&pipe);
+        let mut unit = Unit::new();
+        unit.cmd("DEL", "app:a");
+        unit.cmd("SADD", "app:a").arg("x");
+        unit.cmd("SET", "app:b").arg("v").arg("EX").arg(5);
+        unit.cmd("EXPIRE", "app:a").arg(9);
+        unit.unlink(&["app:a".to_string(), "app:b".to_string()]);
+        unit.smove("s:active".into(), "s:done".into(), "r1");
+        let mut step = Unit::new();
+        step.cmd(SIZE_GUARD, "app:b").arg("SCARD").arg(1);
+        unit.guarded(step);
+        unit.publish("chan", "m");
+        let split = split(&unit);
         let owned = |parts: &[&'static str]| parts.iter().map(|p| p.as_bytes()).collect::<Vec<_>>();
         let a = split.parts.iter().find(|p| p.keys() == [b"app:a"]).unwrap();
         assert_eq!(a.slot, slot(b"app:a"));
@@ -509,7 +493,14 @@ mod tests {
             ]
         );
         let b = split.parts.iter().find(|p| p.keys() == [b"app:b"]).unwrap();
-        assert_eq!(b.commands, vec![owned(&["SET", "app:b", "v", "EX", "5"]), owned(&["UNLINK", "app:b"])]);
+        assert_eq!(
+            b.commands,
+            vec![
+                owned(&["SET", "app:b", "v", "EX", "5"]),
+                owned(&["UNLINK", "app:b"]),
+                owned(&["SIZEIS", "app:b", "SCARD", "1"])
+            ]
+        );
         let active = split.parts.iter().find(|p| p.keys() == [b"s:active"]).unwrap();
         assert_eq!(active.commands, vec![owned(&["SREM", "s:active", "r1"])]);
         let done = split.parts.iter().find(|p| p.keys() == [b"s:done"]).unwrap();
@@ -520,11 +511,11 @@ mod tests {
 
     #[test]
     fn a_group_checks_one_copy_and_probes_every_slot() {
-        let mut pipe = redis::pipe();
-        pipe.cmd("SET").arg("app:b").arg("v").ignore();
-        pipe.cmd("DEL").arg("app:a").ignore();
-        pipe.cmd("SADD").arg("app:a").arg("x").arg("y").ignore();
-        let parts = split(&pipe).parts;
+        let mut unit = Unit::new();
+        unit.cmd("SET", "app:b").arg("v");
+        unit.cmd("DEL", "app:a");
+        unit.cmd("SADD", "app:a").arg("x").arg("y");
+        let parts = split(&unit).parts;
         let args = |cmd: redis::Cmd| -> Vec<String> {
             cmd_args(&cmd).iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect()
         };
@@ -543,13 +534,13 @@ mod tests {
     #[test]
     fn a_master_s_parts_go_in_bounded_groups_in_order() {
         let value = vec![b'x'; 1000];
-        let mut pipe = redis::pipe();
+        let mut unit = Unit::new();
         for i in 0..200 {
-            pipe.cmd("SET").arg(format!("app:{i}")).arg(&value).ignore();
+            unit.cmd("SET", format!("app:{i}")).arg(&value);
         }
         let big: Vec<Vec<u8>> = (0..400).map(|i| format!("member-{i:0>600}").into_bytes()).collect();
-        pipe.cmd("SADD").arg("app:big").arg(&big).ignore();
-        let parts = split(&pipe).parts;
+        unit.cmd("SADD", "app:big").arg(&big);
+        let parts = split(&unit).parts;
         let order: Vec<u16> = parts.iter().map(|p| p.slot).collect();
         let groups = bounded_groups(parts);
         assert!(groups.len() > 1);
@@ -564,10 +555,10 @@ mod tests {
 
     #[test]
     fn keys_of_one_slot_share_a_part() {
-        let mut pipe = redis::pipe();
-        pipe.cmd("SET").arg("{t}1").arg("a").ignore();
-        pipe.cmd("SET").arg("{t}2").arg("b").ignore();
-        let split = split(&pipe);
+        let mut unit = Unit::new();
+        unit.cmd("SET", "{t}1").arg("a");
+        unit.cmd("SET", "{t}2").arg("b");
+        let split = split(&unit);
         assert_eq!(split.parts.len(), 1);
         assert_eq!(split.parts[0].keys(), vec![&b"{t}1"[..], &b"{t}2"[..]]);
     }

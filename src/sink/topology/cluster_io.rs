@@ -161,14 +161,18 @@ impl Sink {
         (out, ambiguous)
     }
 
-    /// Writes an atomic pipeline on a cluster: cut by slot, and each
+    /// Writes an atomic unit on a cluster: cut by slot, and each
     /// master's slots of it written by one script, all or nothing (fenced
     /// by the slots' epoch copies when the sink is), the masters in
     /// parallel. A master that refuses (a slot moved or moving, a copy to
     /// restore, a fence) gets its parts again one slot at a time, each
     /// following the cluster. Commands without a key (`PUBLISH`) go last.
-    pub(in crate::sink) async fn send_cluster(&self, router: &Router, pipe: &redis::Pipeline) -> Result<(), SinkError> {
-        let split = cluster::split(pipe);
+    pub(in crate::sink) async fn send_cluster(
+        &self,
+        router: &Router,
+        unit: &crate::sink::Unit,
+    ) -> Result<(), SinkError> {
+        let split = cluster::split(unit);
         if let Some(fence) = &self.fence
             && !fence.is_valid()
         {

@@ -1,8 +1,9 @@
-//! Turns planned ops into one atomic Redis pipeline.
+//! Turns planned ops into one atomic unit of Redis commands.
 
 use crate::config::TierSeconds;
 use crate::plan::patch::{Edit, Patch};
 use crate::plan::{Change, Op, Value};
+use crate::sink::write::unit::Unit;
 
 /// Members per variadic command, so no single command grows unbounded.
 const CHUNK: usize = 1000;
@@ -12,46 +13,49 @@ pub fn ttl_with_jitter(base: u64, jitter: f64, u: f64) -> u64 {
     base + (u.clamp(0.0, 1.0) * jitter * base as f64).floor() as u64
 }
 
-/// Builds a MULTI/EXEC pipeline that replaces every key of `ops` whole:
-/// strings with `SET … EX`, collections with `UNLINK` + adds + `EXPIRE`
-/// inside the transaction, so no reader sees them missing or partial.
-/// `UNLINK`, not `DEL`: a big old value is freed off Redis's main thread,
-/// not inside the transaction the readers wait behind.
+/// Builds a MULTI/EXEC pipeline that replaces every key of `ops` whole,
+/// as one node runs it: strings with `SET … EX`, collections with
+/// `UNLINK` + adds + `EXPIRE` inside the transaction, so no reader sees
+/// them missing or partial. `UNLINK`, not `DEL`: a big old value is freed
+/// off Redis's main thread, not inside the transaction the readers wait
+/// behind.
 pub fn build_pipeline(ops: &[Op], ttl: &TierSeconds, jitter: f64, uniform: impl FnMut() -> f64) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.atomic();
-    add_ops(&mut pipe, ops, ttl, jitter, uniform);
+    let mut unit = Unit::new();
+    add_ops(&mut unit, ops, ttl, jitter, uniform);
+    unit.append_to(&mut pipe);
     pipe
 }
 
 /// The same commands as [`build_pipeline`] without `MULTI`/`EXEC`: what
 /// the benchmark replays with `redis-cli --pipe` as the physical limit.
 pub fn build_commands(ops: &[Op], ttl: &TierSeconds, jitter: f64, uniform: impl FnMut() -> f64) -> redis::Pipeline {
-    let mut pipe = redis::pipe();
-    add_ops(&mut pipe, ops, ttl, jitter, uniform);
-    pipe
+    let mut unit = Unit::new();
+    add_ops(&mut unit, ops, ttl, jitter, uniform);
+    unit.into_pipeline()
 }
 
 /// Appends the watcher's incremental changes (whole replacements,
-/// deletions and patches) to `pipe`, whose frame applies them all at
-/// once. The patches run guarded (see [`add_patch`]): on a cluster
-/// in their slots' scripts; on one node all of them in one write script
-/// (one `EVAL` per transaction, not per key: its text travels with each
-/// call), whose guards are all checked before any of them runs.
+/// deletions and patches) to `unit`, which applies them all at once. The
+/// patches go as one guarded step (see [`add_patch`]): the topology runs
+/// it as one write script on one node (one `EVAL` per transaction, not
+/// per key: its text travels with each call), whose guards are all
+/// checked before any of them runs, and in the slots' scripts on a
+/// cluster.
 pub fn add_changes<'a>(
-    pipe: &mut redis::Pipeline,
+    unit: &mut Unit,
     changes: impl IntoIterator<Item = &'a Change>,
     ttl: &TierSeconds,
     jitter: f64,
     mut uniform: impl FnMut() -> f64,
-    on_cluster: bool,
 ) {
-    let mut patches = redis::pipe();
+    let mut patches = Unit::new();
     for change in changes {
         match change {
-            Change::Put(op) => add_ops(pipe, std::slice::from_ref(op), ttl, jitter, &mut uniform),
+            Change::Put(op) => add_ops(unit, std::slice::from_ref(op), ttl, jitter, &mut uniform),
             Change::Delete(key) => {
-                pipe.cmd("UNLINK").arg(&key.text).ignore();
+                unit.cmd("UNLINK", &key.text);
             }
             Change::Patch(patch) => {
                 let seconds = ttl_with_jitter(ttl.get(patch.tier()), jitter, uniform());
@@ -59,9 +63,7 @@ pub fn add_changes<'a>(
             }
         }
     }
-    if patches.cmd_iter().next().is_some() {
-        crate::sink::cluster::add_guarded(pipe, &patches, on_cluster);
-    }
+    unit.guarded(patches);
 }
 
 /// A patch's commands: the size guard, the edits in order (a run of
@@ -69,31 +71,31 @@ pub fn add_changes<'a>(
 /// members), then the key's TTL, as a whole replace sets it. An emptied
 /// key is gone and its `EXPIRE` does nothing, as a rebuild writes no
 /// empty collection.
-pub fn add_patch(step: &mut redis::Pipeline, patch: &Patch, seconds: u64) {
+pub fn add_patch(step: &mut Unit, patch: &Patch, seconds: u64) {
     let key = patch.key.text.as_str();
-    step.cmd(crate::sink::cluster::SIZE_GUARD).arg(key).arg(patch.size_command()).arg(patch.before);
+    step.cmd(crate::sink::cluster::SIZE_GUARD, key).arg(patch.size_command()).arg(patch.before);
     let mut edits = patch.edits.iter().peekable();
     while let Some(edit) = edits.next() {
         match edit {
             // Runs of one variadic command go as one command.
             Edit::ZRem(_) | Edit::ZAdd(..) | Edit::SAdd(_) | Edit::SRem(_) => {
-                step.cmd(variadic_name(edit)).arg(key);
-                add_variadic(step, edit);
+                let cmd = step.cmd(variadic_name(edit), key);
+                add_variadic(cmd, edit);
                 let mut n = 1;
                 let same = |e: &&Edit| std::mem::discriminant(*e) == std::mem::discriminant(edit);
                 while n < CHUNK
                     && let Some(next) = edits.next_if(same)
                 {
-                    add_variadic(step, next);
+                    add_variadic(cmd, next);
                     n += 1;
                 }
             }
-            Edit::LRem(item) => drop(step.cmd("LREM").arg(key).arg(1).arg(item)),
-            Edit::LInsert { item, pivot } => drop(step.cmd("LINSERT").arg(key).arg("BEFORE").arg(pivot).arg(item)),
-            Edit::RPush(item) => drop(step.cmd("RPUSH").arg(key).arg(item)),
+            Edit::LRem(item) => drop(step.cmd("LREM", key).arg(1).arg(item)),
+            Edit::LInsert { item, pivot } => drop(step.cmd("LINSERT", key).arg("BEFORE").arg(pivot).arg(item)),
+            Edit::RPush(item) => drop(step.cmd("RPUSH", key).arg(item)),
         }
     }
-    step.cmd("EXPIRE").arg(key).arg(seconds);
+    step.cmd("EXPIRE", key).arg(seconds);
 }
 
 /// The command of an edit that runs of its kind share.
@@ -106,20 +108,20 @@ fn variadic_name(edit: &Edit) -> &'static str {
     }
 }
 
-/// Appends a variadic edit's arguments to the pipeline's last command (a
-/// sorted-set member's score first).
-fn add_variadic(step: &mut redis::Pipeline, edit: &Edit) {
+/// Appends a variadic edit's arguments to its command (a sorted-set
+/// member's score first).
+fn add_variadic(cmd: &mut redis::Cmd, edit: &Edit) {
     match edit {
-        Edit::ZAdd(score, m) => drop(step.arg(*score).arg(m)),
-        Edit::ZRem(m) | Edit::SAdd(m) | Edit::SRem(m) | Edit::LRem(m) | Edit::RPush(m) => drop(step.arg(m)),
+        Edit::ZAdd(score, m) => drop(cmd.arg(*score).arg(m)),
+        Edit::ZRem(m) | Edit::SAdd(m) | Edit::SRem(m) | Edit::LRem(m) | Edit::RPush(m) => drop(cmd.arg(m)),
         Edit::LInsert { .. } => {}
     }
 }
 
 /// Appends the commands that replace every key of `ops` whole (see
-/// [`build_pipeline`]) to `pipe`, which frames them.
+/// [`build_pipeline`]) to `unit`.
 pub fn add_ops<'a>(
-    pipe: &mut redis::Pipeline,
+    unit: &mut Unit,
     ops: impl IntoIterator<Item = &'a Op>,
     ttl: &TierSeconds,
     jitter: f64,
@@ -130,12 +132,12 @@ pub fn add_ops<'a>(
         let key = op.key.text.as_str();
         match &op.value {
             Value::String(value) => {
-                pipe.cmd("SET").arg(key).arg(value).arg("EX").arg(seconds).ignore();
+                unit.cmd("SET", key).arg(value).arg("EX").arg(seconds);
             }
             collection => {
-                pipe.cmd("UNLINK").arg(key).ignore();
-                add_members(pipe, key, collection, 0..collection.elements());
-                pipe.cmd("EXPIRE").arg(key).arg(seconds).ignore();
+                unit.cmd("UNLINK", key);
+                add_members(unit, key, collection, 0..collection.elements());
+                unit.cmd("EXPIRE", key).arg(seconds);
             }
         }
     }
@@ -143,26 +145,25 @@ pub fn add_ops<'a>(
 
 /// Appends the adds of a collection's elements `range` to `key`
 /// (`SADD`, `RPUSH` or `ZADD`, at most [`CHUNK`] members each).
-pub fn add_members(pipe: &mut redis::Pipeline, key: &str, value: &Value, range: std::ops::Range<usize>) {
+pub fn add_members(unit: &mut Unit, key: &str, value: &Value, range: std::ops::Range<usize>) {
     match value {
         Value::String(_) => {}
         Value::Set(members) => {
             for chunk in members[range].chunks(CHUNK) {
-                pipe.cmd("SADD").arg(key).arg(chunk).ignore();
+                unit.cmd("SADD", key).arg(chunk);
             }
         }
         Value::List(items) => {
             for chunk in items[range].chunks(CHUNK) {
-                pipe.cmd("RPUSH").arg(key).arg(chunk).ignore();
+                unit.cmd("RPUSH", key).arg(chunk);
             }
         }
         Value::Zset(members) => {
             for chunk in members[range].chunks(CHUNK) {
-                let cmd = pipe.cmd("ZADD").arg(key);
+                let cmd = unit.cmd("ZADD", key);
                 for (score, member) in chunk {
                     cmd.arg(*score).arg(member);
                 }
-                cmd.ignore();
             }
         }
     }
@@ -214,9 +215,11 @@ mod tests {
             Change::Put(Op { key: keys.key(FamilyId::VideoDetail, &["v1"]), value: Value::String("{}".into()) }),
         ];
         let ttl = TierSeconds { count: 1, index: 2, detail: 3, catalog: 4 };
+        let mut unit = Unit::new();
+        add_changes(&mut unit, &changes, &ttl, 0.0, || 0.0);
         let mut pipe = redis::pipe();
         pipe.atomic();
-        add_changes(&mut pipe, &changes, &ttl, 0.0, || 0.0, false);
+        unit.append_to(&mut pipe);
         assert_in_order(
             &pipe,
             &["MULTI", "UNLINK $21 app:video:detail:gone", "SET $19 app:video:detail:v1 $2 {} $2 EX $1 3", "EXEC"],
@@ -235,22 +238,27 @@ mod tests {
         let zset = vec![Edit::ZRem("a".into()), Edit::ZAdd(7, "n".into()), Edit::ZAdd(8, "m".into())];
         let changes = vec![Change::Patch(Patch::new(list, 3, edits, 2)), Change::Patch(Patch::new(index, 3, zset, 0))];
         let ttl = TierSeconds { count: 1, index: 9, detail: 3, catalog: 4 };
-        let mut cluster = redis::pipe();
-        add_changes(&mut cluster, &changes, &ttl, 0.0, || 0.0, true);
-        assert_in_order(
-            &cluster,
-            &[
-                "SIZEIS $26 app:video:category:list:c1 $4 LLEN $1 3",
-                "LREM $26 app:video:category:list:c1 $1 1 $1 a",
-                "LINSERT $26 app:video:category:list:c1 $6 BEFORE $1 b $1 n",
-                "EXPIRE $26 app:video:category:list:c1 $1 9",
-                "SIZEIS $34 app:video:category:index:c1:videos $5 ZCARD $1 3",
-                "ZREM $34 app:video:category:index:c1:videos $1 a",
-                "ZADD $34 app:video:category:index:c1:videos $1 7 $1 n $1 8 $1 m",
-            ],
+        let mut unit = Unit::new();
+        add_changes(&mut unit, &changes, &ttl, 0.0, || 0.0);
+        let cluster: Vec<String> = crate::sink::cluster::split(&unit)
+            .parts
+            .iter()
+            .flat_map(|part| part.commands.iter().map(|c| String::from_utf8_lossy(&c.join(&b' ')).into_owned()))
+            .collect();
+        assert_eq!(
+            cluster,
+            [
+                "SIZEIS app:video:category:list:c1 LLEN 3",
+                "LREM app:video:category:list:c1 1 a",
+                "LINSERT app:video:category:list:c1 BEFORE b n",
+                "EXPIRE app:video:category:list:c1 9",
+                "SIZEIS app:video:category:index:c1:videos ZCARD 3",
+                "ZREM app:video:category:index:c1:videos a",
+                "ZADD app:video:category:index:c1:videos 7 n 8 m",
+                "EXPIRE app:video:category:index:c1:videos 9",
+            ]
         );
-        let mut one_node = redis::pipe();
-        add_changes(&mut one_node, &changes, &ttl, 0.0, || 0.0, false);
+        let one_node = unit.into_pipeline();
         assert_eq!(one_node.cmd_iter().count(), 1, "one EVAL for the transaction's patches");
         assert_in_order(&one_node, &["EVAL", "SIZEIS", "LREM", "LINSERT", "SIZEIS", "ZREM", "ZADD"]);
     }
@@ -262,8 +270,9 @@ mod tests {
         use crate::plan::patch::{Edit, Patch};
         let key = Keys::new("app:").key(FamilyId::VideoCategories, &["v1"]);
         let edits = vec![Edit::SAdd("c3".into()), Edit::SAdd("c4".into()), Edit::SRem("c1".into())];
-        let mut step = redis::pipe();
-        add_patch(&mut step, &Patch::new(key, 2, edits, 0), 5);
+        let mut unit = Unit::new();
+        add_patch(&mut unit, &Patch::new(key, 2, edits, 0), 5);
+        let step = unit.into_pipeline();
         assert_eq!(step.cmd_iter().count(), 4, "guard, SADD, SREM, EXPIRE");
         assert_in_order(
             &step,

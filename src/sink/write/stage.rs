@@ -32,6 +32,7 @@
 //!   expires within [`STAGE_TTL`] of its first command.
 
 use crate::plan::{Change, Op, Value};
+use crate::sink::write::unit::Unit;
 use crate::sink::{RedisConn, Sink, SinkError, cluster, pipeline};
 use std::collections::HashSet;
 use std::ops::Range;
@@ -65,27 +66,29 @@ pub fn fill(stage: &str, value: &Value, steps: &[Range<usize>]) -> redis::Pipeli
         }
     }
     pipe.add_command(start).ignore();
+    let mut adds = Unit::new();
     for step in steps {
         let rest = step.start.max(1)..step.end;
         if !rest.is_empty() {
-            pipeline::add_members(&mut pipe, stage, value, rest);
+            pipeline::add_members(&mut adds, stage, value, rest);
         }
     }
+    adds.append_to(&mut pipe);
     pipe.cmd(size_command(value)).arg(stage);
     pipe
 }
 
 /// Appends the last step: the stage becomes `key`, with `seconds` to
 /// live, only if it still holds `value`'s elements, all checked and done
-/// in one atomic step (`DRIFTED` otherwise). A cluster cuts the
-/// commands into its slot's write script; on one node they go into one
-/// unfenced write script inside the fenced transaction.
-pub fn add_swap(pipe: &mut redis::Pipeline, stage: &str, key: &str, value: &Value, seconds: u64, on_cluster: bool) {
-    let mut swap = redis::pipe();
-    swap.cmd(cluster::SIZE_GUARD).arg(stage).arg(size_command(value)).arg(size(value));
-    swap.cmd("RENAME").arg(stage).arg(key);
-    swap.cmd("EXPIRE").arg(key).arg(seconds);
-    cluster::add_guarded(pipe, &swap, on_cluster);
+/// in one atomic step (`DRIFTED` otherwise): a guarded step, which a
+/// cluster runs in its slot's write script and one node as one unfenced
+/// write script inside the fenced transaction.
+pub fn add_swap(unit: &mut Unit, stage: &str, key: &str, value: &Value, seconds: u64) {
+    let mut swap = Unit::new();
+    swap.cmd(cluster::SIZE_GUARD, stage).arg(size_command(value)).arg(size(value));
+    swap.cmd("RENAME", stage).arg(key);
+    swap.cmd("EXPIRE", key).arg(seconds);
+    unit.guarded(swap);
 }
 
 /// The size Redis reports for `value` once written: a list's length, a
@@ -208,8 +211,7 @@ impl Sink {
             return Ok(false);
         }
         let seconds = pipeline::ttl_with_jitter(self.ttl.get(op.tier()), self.jitter, rand::random());
-        let on_cluster = self.is_cluster();
-        match self.send_with(|pipe| add_swap(pipe, stage, &op.key.text, &op.value, seconds, on_cluster)).await {
+        match self.send_with(|unit| add_swap(unit, stage, &op.key.text, &op.value, seconds)).await {
             Ok(()) => Ok(true),
             // Its stage is gone or short (see `SinkError::is_drift`).
             Err(err) if err.is_drift() => Ok(false),
@@ -267,12 +269,17 @@ mod tests {
     #[test]
     fn the_swap_checks_the_size_renames_and_sets_the_ttl_in_one_step() {
         let list = Value::List(vec!["a".into(), "b".into()]);
-        let mut pipe = redis::pipe();
-        add_swap(&mut pipe, "s", "k", &list, 7200, true);
-        assert_eq!(commands(&pipe), ["SIZEIS s LLEN 2", "RENAME s k", "EXPIRE k 7200"]);
-        let mut pipe = redis::pipe();
-        add_swap(&mut pipe, "s", "k", &list, 7200, false);
-        assert_eq!(commands(&pipe), ["EVAL <write> 0  4 SIZEIS s LLEN 2 3 RENAME s k 3 EXPIRE k 7200"]);
+        let mut unit = Unit::new();
+        add_swap(&mut unit, "s{k}", "k", &list, 7200);
+        let parts = cluster::split(&unit).parts;
+        let joined: Vec<String> =
+            parts[0].commands.iter().map(|c| String::from_utf8_lossy(&c.join(&b' ')).into_owned()).collect();
+        assert_eq!(parts.len(), 1, "the stage is tagged into the key's slot");
+        assert_eq!(joined, ["SIZEIS s{k} LLEN 2", "RENAME s{k} k", "EXPIRE k 7200"]);
+        assert_eq!(
+            commands(&unit.into_pipeline()),
+            ["EVAL <write> 0  4 SIZEIS s{k} LLEN 2 3 RENAME s{k} k 3 EXPIRE k 7200"]
+        );
     }
 
     #[test]

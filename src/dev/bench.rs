@@ -29,19 +29,11 @@ pub struct BenchReport {
 /// write limit: `redis-cli --pipe` of each file, all in parallel.
 async fn write_resp(cfg: &Config, sink: &Sink, ops: &[crate::plan::Op], dir: &std::path::Path) -> super::DevResult<()> {
     use std::io::Write;
-    let owners: Vec<(u16, u16, String)> = if sink.is_cluster() {
-        let mut conn = sink.connection();
-        let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn).await?;
-        crate::sink::cluster::slot_ranges(&reply, "127.0.0.1").ok_or("unreadable CLUSTER SLOTS reply")?
-    } else {
-        let addr = cfg.redis_url.rsplit('@').next().unwrap_or("").trim_start_matches("redis://").to_string();
-        vec![(0, crate::sink::cluster::SLOTS as u16 - 1, addr)]
-    };
     std::fs::create_dir_all(dir)?;
     let mut files: BTreeMap<String, std::io::BufWriter<std::fs::File>> = BTreeMap::new();
     for op in ops {
         let slot = crate::sink::cluster::slot(op.key.text.as_bytes());
-        let owner = &owners.iter().find(|(a, b, _)| (*a..=*b).contains(&slot)).ok_or("slot not covered")?.2;
+        let owner = &sink.topology().owner(slot).ok_or("slot not covered")?;
         if !files.contains_key(owner) {
             let path = dir.join(format!("{}.resp", owner.replace(':', "_")));
             files.insert(owner.clone(), std::io::BufWriter::new(std::fs::File::create(path)?));

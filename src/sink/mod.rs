@@ -13,14 +13,15 @@ use check::{compare, inspect};
 use control::state;
 pub use control::{jobs, reporter};
 pub use fence::lease;
+use topology::cluster_io::check_cluster;
 pub use topology::{acl, cluster};
-use topology::{cluster_io, conn, router, sentinel};
+use topology::{cluster_io, conn, router, sentinel, single};
 use write::{pipeline, sweep, unit, writer};
 
 pub use crate::retry::RetryPolicy;
 pub use acl::Access;
 pub use compare::{Difference, difference};
-pub use conn::RedisConn;
+pub use conn::{RedisConn, Topology};
 pub use inspect::{Inspected, Observed};
 pub use lease::{Fence, Lease, LeaseError};
 pub use pipeline::{build_commands, build_pipeline, ttl_with_jitter};
@@ -332,36 +333,31 @@ impl Sink {
     pub async fn connect(settings: &RedisSettings) -> Result<Sink, SinkError> {
         let connect_err = connect_error(settings);
         let client = client(settings)?;
-        let conn = if !settings.sentinels.is_empty() {
-            RedisConn::Sentinel(std::sync::Arc::new(connect_sentinel(settings).await?))
+        // The one place that tells the deployments apart: everything
+        // after this asks the topology (see [`Topology`]).
+        let topology: std::sync::Arc<dyn Topology> = if !settings.sentinels.is_empty() {
+            std::sync::Arc::new(connect_sentinel(settings).await?)
         } else if cluster_mode(settings, &client).await? {
-            RedisConn::Cluster(std::sync::Arc::new(connect_cluster(settings).await?))
+            check_cluster(settings)?;
+            std::sync::Arc::new(connect_cluster(settings).await?)
         } else {
-            RedisConn::Single(Sink::connect_single(settings, &client).await?)
+            let manager = Sink::connect_single(settings, &client).await?;
+            std::sync::Arc::new(single::Single::new(manager, client.clone()))
         };
         let mut sink = Sink {
-            conn,
+            conn: RedisConn::new(topology.clone()),
             client,
             status_prefix: settings.status_prefix.clone(),
             exclusive: Default::default(),
             fence: None,
             ttl: settings.ttl,
             jitter: settings.ttl_jitter,
-            retry: RetryPolicy::REDIS,
-            unit_cost: settings.write_batch_cost,
+            retry: topology.retry(),
+            unit_cost: topology.unit_cost(settings.write_batch_cost),
             max_keys: settings.write_batch_ops,
             timeout: Duration::from_secs(settings.timeout_seconds),
         };
-        if sink.is_cluster() {
-            sink.unit_cost /= cluster::SCRIPT_BUDGET_DIVISOR;
-        }
-        if matches!(sink.conn, RedisConn::Sentinel(_)) {
-            sink.retry = RetryPolicy::REDIS_SENTINEL;
-        }
         redis::cmd("PING").query_async::<()>(&mut sink.conn).await.map_err(connect_err)?;
-        if sink.is_cluster() {
-            sink.check_cluster(settings)?;
-        }
         Ok(sink)
     }
 
@@ -399,16 +395,15 @@ impl Sink {
     /// cluster, the epoch's copy in every slot is raised first, so no
     /// older writer lands anything after this returns.
     pub async fn fenced(mut self, fence: Fence) -> Result<Sink, SinkError> {
-        if self.is_cluster() {
-            self.raise_epoch_copies(&fence).await?;
-        }
+        self.topology().arm(&self, &fence).await?;
         self.fence = Some(fence);
         self.exclusive = Default::default();
         Ok(self)
     }
 
-    pub fn is_cluster(&self) -> bool {
-        self.conn.is_cluster()
+    /// The deployment this sink writes to (see [`Topology`]).
+    pub fn topology(&self) -> &dyn Topology {
+        self.conn.topology()
     }
 
     /// What one write batch (the rebuild's or the watcher's) may carry:
@@ -418,10 +413,7 @@ impl Sink {
     /// a script's share of it (see [`cluster::SCRIPT_BUDGET_DIVISOR`]).
     pub fn tx_budget(&self) -> crate::plan::TxBudget {
         // One unit per master: `unit_cost` already holds a script's share.
-        let max_cost = match &self.conn {
-            RedisConn::Cluster(router) => self.unit_cost.saturating_mul(router.masters().len().max(1)),
-            _ => self.unit_cost,
-        };
+        let max_cost = self.unit_cost.saturating_mul(self.topology().masters().len().max(1));
         crate::plan::TxBudget { max_keys: self.max_keys, max_cost }
     }
 
@@ -439,10 +431,7 @@ impl Sink {
     /// node of a cluster); behind Sentinel, of the master as last
     /// resolved.
     pub fn node_client(&self) -> redis::Client {
-        match &self.conn {
-            RedisConn::Sentinel(sentinel) => sentinel.client(),
-            _ => self.client.clone(),
-        }
+        self.topology().node_client().unwrap_or_else(|| self.client.clone())
     }
 
     /// Writes one batch atomically (MULTI/EXEC), retrying retriable
@@ -465,13 +454,17 @@ impl Sink {
     }
 
     /// Sends one idempotent atomic unit, retrying retriable failures;
-    /// fenced when the sink is. On one node it goes as one transaction
-    /// (under a fence, `MULTI … EXEC WATCH GET`, see [`Fence::frame`]); a
-    /// cluster cuts it by slot (see [`cluster::split`]).
+    /// fenced when the sink is. The topology decides how: one
+    /// transaction on one node ([`Sink::send_transaction`]); cut by slot
+    /// on a cluster (see [`cluster::split`]).
     pub async fn send(&self, unit: Unit) -> Result<(), SinkError> {
-        if let RedisConn::Cluster(router) = &self.conn {
-            return self.send_cluster(router, &unit).await;
-        }
+        self.topology().send(self, unit).await
+    }
+
+    /// Sends `unit` as one transaction (under a fence, `MULTI … EXEC
+    /// WATCH GET`, see [`Fence::frame`]): how one node, or the master
+    /// behind Sentinel, applies a unit.
+    pub(in crate::sink) async fn send_transaction(&self, unit: Unit) -> Result<(), SinkError> {
         if let Some(fence) = &self.fence {
             return self.send_fenced(fence, &fence.frame(unit)).await;
         }
@@ -521,7 +514,7 @@ impl Sink {
                     // restart: a retry that took the next of them would
                     // fail again, so every retry starts on a new one.
                     self.exclusive.lock().unwrap_or_else(|e| e.into_inner()).clear();
-                    self.conn.follow_fail_over().await;
+                    self.topology().follow_fail_over().await;
                     if is_ambiguous(&err) {
                         self.raise_own_epoch(fence, epoch).await?;
                     }
@@ -557,8 +550,7 @@ impl Sink {
             .map_err(|(attempts, source)| SinkError::Write { attempts, source })?;
         match raised {
             None => Err(SinkError::Fenced { epoch: seen }),
-            Some(_) if self.is_cluster() => self.raise_epoch_copies(fence).await,
-            Some(_) => Ok(()),
+            Some(_) => self.topology().arm(self, fence).await,
         }
     }
 
@@ -643,26 +635,40 @@ impl Sink {
 
     /// The server's `run_id`, which changes when Redis restarts; on a
     /// cluster, the masters' `run_id`s, which change when any master
-    /// restarts or fails over.
+    /// restarts or fails over (see [`Topology::run_id`]).
     pub async fn run_id(&self) -> Result<String, SinkError> {
-        if let RedisConn::Cluster(router) = &self.conn {
-            return self.cluster_run_ids(router).await;
-        }
-        // Behind Sentinel, the master is whichever node the sentinels
-        // name now; a fail-over shows as a new run_id.
-        if let RedisConn::Sentinel(sentinel) = &self.conn {
-            sentinel.refresh_now().await.map_err(|source| SinkError::Scan { attempts: 1, source })?;
+        self.topology().run_id(self).await
+    }
+
+    /// The one node's `run_id` (or the master's behind Sentinel).
+    pub(in crate::sink) async fn run_id_of_one_node(&self) -> Result<String, SinkError> {
+        let infos = self.info_of_one_node(&["server"]).await?;
+        let info = infos.first().map(|(_, info)| info.as_str()).unwrap_or_default();
+        Ok(info_value(info, "run_id").unwrap_or_default().to_string())
+    }
+
+    /// `INFO` of `sections` from the one node (or the master behind
+    /// Sentinel), with its address: the one-node answer of
+    /// [`Topology::infos`].
+    pub(in crate::sink) async fn info_of_one_node(
+        &self,
+        sections: &[&str],
+    ) -> Result<Vec<(String, String)>, SinkError> {
+        let mut cmd = redis::cmd("INFO");
+        for section in sections {
+            cmd.arg(*section);
         }
         let conn = &self.conn;
         let info: String = self
             .retry
             .run(|| {
-                let mut conn = conn.clone();
-                async move { redis::cmd("INFO").arg("server").query_async(&mut conn).await }
+                let (cmd, mut conn) = (&cmd, conn.clone());
+                async move { cmd.query_async(&mut conn).await }
             })
             .await
             .map_err(|(attempts, source)| SinkError::Scan { attempts, source })?;
-        Ok(info_value(&info, "run_id").unwrap_or_default().to_string())
+        let node = self.topology().masters().into_iter().next().unwrap_or_default();
+        Ok(vec![(node, info)])
     }
 
     /// `used_memory` from INFO memory, in bytes.

@@ -129,8 +129,9 @@ pub async fn redis_conn(url: &str) -> cachewright::sink::RedisConn {
     let config = redis::aio::ConnectionManagerConfig::new()
         .set_connection_timeout(Some(PROBE_CONNECT))
         .set_response_timeout(Some(PROBE_REPLY));
-    let manager = redis::aio::ConnectionManager::new_with_config(client, config).await.expect("redis reachable");
-    cachewright::sink::RedisConn::Single(manager)
+    let manager =
+        redis::aio::ConnectionManager::new_with_config(client.clone(), config).await.expect("redis reachable");
+    cachewright::sink::RedisConn::single(manager, client)
 }
 
 /// The test's own connections wait longer than the driver's defaults (1 s

@@ -38,27 +38,24 @@ pub struct Inspected {
 
 impl Sink {
     /// Up to `n` names drawn at random from the keyspace (`RANDOMKEY`; on a
-    /// cluster from each master in turn). An empty keyspace and names that
+    /// cluster a share from each master). An empty keyspace and names that
     /// are not UTF-8 give nothing.
     pub async fn random_keys(&self, n: usize) -> Result<Vec<String>, SinkError> {
         let err = |source| SinkError::Scan { attempts: 1, source };
-        let replies: Vec<redis::Value> = match &self.conn {
-            crate::sink::RedisConn::Cluster(router) => {
-                let masters = router.masters();
-                let mut replies = Vec::with_capacity(n);
-                for node in masters.iter().cycle().take(if masters.is_empty() { 0 } else { n }) {
-                    replies.push(self.on_node(node, &redis::cmd("RANDOMKEY")).await.map_err(err)?);
-                }
-                replies
+        // Spread over the masters (one on one node), one pipeline each.
+        let masters = self.topology().masters();
+        let mut replies = Vec::with_capacity(n);
+        for (i, node) in masters.iter().enumerate() {
+            let share = n / masters.len() + usize::from(i < n % masters.len());
+            if share == 0 {
+                continue;
             }
-            _ => {
-                let mut pipe = redis::pipe();
-                for _ in 0..n {
-                    pipe.cmd("RANDOMKEY");
-                }
-                pipe.query_async(&mut self.connection()).await.map_err(err)?
+            let mut pipe = redis::pipe();
+            for _ in 0..share {
+                pipe.cmd("RANDOMKEY");
             }
-        };
+            replies.extend(self.topology().pipeline_on_node(node, &pipe).await.map_err(err)?);
+        }
         Ok(replies
             .into_iter()
             .filter_map(|v| match v {

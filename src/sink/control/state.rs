@@ -3,7 +3,7 @@
 //! fenced sink writes them only while it holds the writer lease.
 
 use crate::keys::status::StatusKeys;
-use crate::sink::{RedisConn, Sink, SinkError, Unit};
+use crate::sink::{Sink, SinkError, Unit};
 
 impl Sink {
     /// The saved resume tokens (JSON text) of `collections`, in order;
@@ -47,7 +47,7 @@ impl Sink {
                 unit.cmd("DEL", keys.cdc_pending());
             }
         };
-        if self.is_cluster() {
+        if !self.topology().spans_slots() {
             self.apply_changes(changes).await?;
             self.send_with(saves).await?;
             return self.send_with(clear).await;
@@ -115,34 +115,27 @@ impl Sink {
         .await
     }
 
-    /// `INFO` of two sections in one reply.
+    /// `INFO` of two sections in one reply; on a cluster, every master's
+    /// numeric fields summed (memory, hits and misses of the whole
+    /// cluster).
     pub async fn info(&self, first: &str, second: &str) -> Result<String, SinkError> {
-        if let RedisConn::Cluster(router) = &self.conn {
-            return self.cluster_info(router, &[first, second]).await;
-        }
-        let mut conn = self.connection();
-        redis::cmd("INFO")
-            .arg(first)
-            .arg(second)
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| SinkError::Scan { attempts: 1, source })
+        let infos = self.topology().infos(self, &[first, second]).await?;
+        Ok(merged(infos))
     }
 
     /// A field of `INFO section` (e.g. `used_memory` of `memory`).
     pub async fn info_field(&self, section: &str, field: &str) -> Result<Option<String>, SinkError> {
-        let info: String = if let RedisConn::Cluster(router) = &self.conn {
-            self.cluster_info(router, &[section]).await?
-        } else {
-            let mut conn = self.connection();
-            redis::cmd("INFO")
-                .arg(section)
-                .query_async(&mut conn)
-                .await
-                .map_err(|source| SinkError::Scan { attempts: 1, source })?
-        };
+        let info = merged(self.topology().infos(self, &[section]).await?);
         Ok(info_value(&info, field).map(str::to_string))
     }
+}
+
+/// One master's INFO as it is; several masters' summed.
+fn merged(mut infos: Vec<(String, String)>) -> String {
+    if infos.len() == 1 {
+        return infos.pop().map(|(_, info)| info).unwrap_or_default();
+    }
+    crate::sink::cluster_io::sum_info(&infos.into_iter().map(|(_, info)| info).collect::<Vec<_>>())
 }
 
 /// `members` cut, in order, into chunks whose `SADD` costs at most

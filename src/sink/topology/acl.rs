@@ -216,22 +216,7 @@ impl Sink {
     /// only ever evict keys with a TTL: cache keys, which readers miss
     /// and the next write restores. With `allow`, warns instead.
     pub async fn check_eviction(&self, allow: bool) -> Result<(), SinkError> {
-        let infos: Vec<(String, String)> = match &self.conn {
-            crate::sink::RedisConn::Cluster(router) => {
-                let masters = router.masters();
-                let infos = self.text_of_each(&masters, redis::cmd("INFO").arg("memory")).await?;
-                masters.into_iter().zip(infos).collect()
-            }
-            crate::sink::RedisConn::Single(_) | crate::sink::RedisConn::Sentinel(_) => {
-                let mut conn = self.connection();
-                let info: String = redis::cmd("INFO")
-                    .arg("memory")
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(|source| SinkError::Scan { attempts: 1, source })?;
-                vec![(self.node_client().get_connection_info().addr().to_string(), info)]
-            }
-        };
+        let infos = self.topology().infos(self, &["memory"]).await?;
         for (node, info) in infos {
             let Some(policy) = crate::sink::info_value(&info, "maxmemory_policy") else { continue };
             if !policy.starts_with("allkeys-") {
@@ -248,25 +233,25 @@ impl Sink {
 }
 
 impl Sink {
-    /// Sends `pipe` on one connection to one node: `REDIS_URL`'s on one
-    /// Redis; on a cluster the first master that answers, so a start does
-    /// not depend on the one seed `REDIS_URL` names (the probe's
-    /// transaction must stay on one connection, and Redis checks
-    /// permissions before it redirects a key of another master: that
-    /// reply is `MOVED`, not a refusal).
+    /// Sends `pipe` on one connection to one node, a connection no other
+    /// request shares (its `MULTI` must hold the probes alone) where the
+    /// topology offers a client of its master; on a cluster, the first
+    /// master that answers, so a start does not depend on the one seed
+    /// `REDIS_URL` names (Redis checks permissions before it redirects a
+    /// key of another master: that reply is `MOVED`, not a refusal).
     async fn query_one_node(&self, pipe: &redis::Pipeline) -> redis::RedisResult<Vec<redis::Value>> {
-        let crate::sink::RedisConn::Cluster(router) = &self.conn else {
-            let mut conn = self.node_client().get_multiplexed_async_connection().await?;
+        if let Some(client) = self.topology().node_client() {
+            let mut conn = client.get_multiplexed_async_connection().await?;
             return pipe.query_async(&mut conn).await;
-        };
+        }
         let mut last = None;
-        for master in router.masters() {
-            match router.pipeline_on_node(&master, pipe).await {
+        for master in self.topology().masters() {
+            match self.topology().pipeline_on_node(&master, pipe).await {
                 Ok(replies) => return Ok(replies),
                 Err(err) => last = Some(err),
             }
         }
-        Err(last.unwrap_or_else(|| (redis::ErrorKind::Io, "no cluster master answered").into()))
+        Err(last.unwrap_or_else(|| (redis::ErrorKind::Io, "no Redis master answered").into()))
     }
 }
 

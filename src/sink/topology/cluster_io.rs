@@ -2,10 +2,14 @@
 //! a master refuses), the epoch's copies, per-master commands and scans
 //! that follow the slot map.
 
+use crate::retry::RetryPolicy;
 use crate::sink::cluster::{self, Layout, RAISE_GROUP_SCRIPT, RAISE_SCRIPT, SlotPart, WRITE_SCRIPT};
+use crate::sink::conn::{Seam, Topology};
 use crate::sink::router::Router;
-use crate::sink::{Fence, RedisConn, Sink, SinkError, is_retriable};
+use crate::sink::{Fence, RedisConn, Sink, SinkError, Unit, is_retriable};
+use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -95,21 +99,150 @@ fn read_err(source: redis::RedisError) -> SinkError {
     SinkError::Scan { attempts: 1, source }
 }
 
-impl Sink {
-    /// Refuses a status prefix with a brace: it would give the epoch key
-    /// and its per-slot copies a hash tag of its own, moving them out of
-    /// the slots fencing relies on.
-    pub(in crate::sink) fn check_cluster(&self, settings: &crate::config::RedisSettings) -> Result<(), SinkError> {
-        if !settings.status_prefix.contains(['{', '}']) {
-            return Ok(());
-        }
-        Err(SinkError::Cluster(format!(
-            "CACHEWRIGHT_STATUS_PREFIX={} holds a brace, which on a Redis Cluster would move the writer \
-             lease's epoch keys into the wrong slots: use a prefix without {{ or }}",
-            settings.status_prefix
-        )))
+/// Refuses a status prefix with a brace: it would give the epoch key
+/// and its per-slot copies a hash tag of its own, moving them out of the
+/// slots fencing relies on.
+pub(in crate::sink) fn check_cluster(settings: &crate::config::RedisSettings) -> Result<(), SinkError> {
+    if !settings.status_prefix.contains(['{', '}']) {
+        return Ok(());
+    }
+    Err(SinkError::Cluster(format!(
+        "CACHEWRIGHT_STATUS_PREFIX={} holds a brace, which on a Redis Cluster would move the writer \
+         lease's epoch keys into the wrong slots: use a prefix without {{ or }}",
+        settings.status_prefix
+    )))
+}
+
+/// A Redis Cluster through [`Router`], which sends each command to the
+/// master of its key's slot and follows the cluster while slots move.
+/// Writes are cut by slot into scripts, fenced by the epoch's copy in
+/// every slot; scans, INFO and `run_id` ask every master.
+impl Topology for Router {
+    fn name(&self) -> &'static str {
+        "cluster"
     }
 
+    fn request<'a>(&'a self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(Router::request(self, cmd))
+    }
+
+    /// A plain (non-atomic) pipeline over keys of many slots cannot go to
+    /// one node: its commands are sent each to its key's master, slots
+    /// concurrently and one slot's commands in order, and the replies kept
+    /// in the pipeline's order. Atomic units go through [`Topology::send`],
+    /// which cuts them by slot.
+    fn pipeline<'a>(&'a self, pipe: &'a Pipeline, offset: usize, count: usize) -> RedisFuture<'a, Vec<Value>> {
+        if offset == 0 && count == pipe.len() {
+            return Box::pin(spread(self, pipe));
+        }
+        Box::pin(async {
+            Err((redis::ErrorKind::Client, "an atomic pipeline over a cluster must be cut by slot (Sink::send does)")
+                .into())
+        })
+    }
+
+    fn masters(&self) -> Vec<String> {
+        Router::masters(self)
+    }
+
+    fn on_node<'a>(&'a self, addr: &'a str, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(Router::on_node(self, addr, cmd))
+    }
+
+    fn pipeline_on_node<'a>(&'a self, addr: &'a str, pipe: &'a Pipeline) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(Router::pipeline_on_node(self, addr, pipe))
+    }
+
+    fn owner(&self, slot: u16) -> Option<String> {
+        Router::owner(self, Some(slot))
+    }
+
+    fn covers(&self, key: &[u8]) -> bool {
+        Router::owner(self, Some(cluster::slot(key))).is_some()
+    }
+
+    fn uncovered(&self) -> Vec<(u16, u16)> {
+        Router::uncovered(self)
+    }
+
+    fn refresh_masters(&self) -> BoxFuture<'_, redis::RedisResult<()>> {
+        Box::pin(Router::refresh(self))
+    }
+
+    fn retry(&self) -> RetryPolicy {
+        RetryPolicy::REDIS
+    }
+
+    fn unit_cost(&self, batch_cost: usize) -> usize {
+        batch_cost / cluster::SCRIPT_BUDGET_DIVISOR
+    }
+
+    fn spans_slots(&self) -> bool {
+        false
+    }
+
+    fn send<'a>(&'a self, sink: &'a Sink, unit: Unit) -> Seam<'a, ()> {
+        Box::pin(async move { sink.send_cluster(self, &unit).await })
+    }
+
+    fn arm<'a>(&'a self, sink: &'a Sink, fence: &'a Fence) -> Seam<'a, ()> {
+        Box::pin(sink.raise_epoch_copies(self, fence))
+    }
+
+    fn scan<'a>(&'a self, sink: &'a Sink, glob: &'a str, found: tokio::sync::mpsc::Sender<Scanned>) -> Seam<'a, ()> {
+        Box::pin(sink.scan_masters(self, glob, found))
+    }
+
+    fn infos<'a>(&'a self, sink: &'a Sink, sections: &'a [&'a str]) -> Seam<'a, Vec<(String, String)>> {
+        Box::pin(sink.info_of_masters(self, sections))
+    }
+
+    /// Every live master's address and `run_id`, in address order
+    /// (`addr=run_id,…`; the watcher checks this before every batch, see
+    /// [`crate::sink::same_servers`]).
+    fn run_id<'a>(&'a self, sink: &'a Sink) -> Seam<'a, String> {
+        Box::pin(async move {
+            let infos = sink.info_of_masters(self, &["server"]).await?;
+            Ok(infos
+                .iter()
+                .map(|(addr, info)| format!("{addr}={}", crate::sink::info_value(info, "run_id").unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(","))
+        })
+    }
+}
+
+/// Reads in flight at once when a plain pipeline is spread over a
+/// cluster's masters.
+const SPREAD: usize = 64;
+
+async fn spread(router: &Router, pipeline: &Pipeline) -> redis::RedisResult<Vec<Value>> {
+    // Commands on one slot keep their order (a `DEL` then a `SET` of one
+    // key must not swap); slots run concurrently. Owned commands: a
+    // closure over borrowed ones trips the compiler's lifetime check.
+    let mut by_slot: indexmap::IndexMap<Option<u16>, Vec<(usize, Cmd)>> = indexmap::IndexMap::new();
+    for (i, cmd) in pipeline.cmd_iter().enumerate() {
+        by_slot.entry(crate::sink::router::command_slot(cmd)).or_default().push((i, cmd.clone()));
+    }
+    let answered: Vec<Vec<(usize, Value)>> = futures::stream::iter(by_slot.into_values())
+        .map(move |commands| async move {
+            let mut replies = Vec::with_capacity(commands.len());
+            for (i, cmd) in commands {
+                replies.push((i, router.request(&cmd).await?));
+            }
+            Ok::<_, redis::RedisError>(replies)
+        })
+        .buffer_unordered(SPREAD)
+        .try_collect()
+        .await?;
+    let mut replies = vec![Value::Nil; pipeline.len()];
+    for (i, value) in answered.into_iter().flatten() {
+        replies[i] = value;
+    }
+    Ok(replies)
+}
+
+impl Sink {
     /// Sends each master its items' commands as one pipeline, the masters
     /// in parallel. Each item comes back with its reply, or with `None`
     /// when the master refused it (an error reply: a moved slot,
@@ -337,8 +470,7 @@ impl Sink {
     /// first write there, once it is covered again, finds the copy behind
     /// and raises it first (see `send_part`), so nothing older lands after
     /// it. Until then nobody can write there at all.
-    pub(in crate::sink) async fn raise_epoch_copies(&self, fence: &Fence) -> Result<(), SinkError> {
-        let RedisConn::Cluster(router) = &self.conn else { return Ok(()) };
+    pub(in crate::sink) async fn raise_epoch_copies(&self, router: &Router, fence: &Fence) -> Result<(), SinkError> {
         let epoch_now = fence.epoch();
         let epoch = epoch_now.to_string();
         let mut left: Vec<u16> = (0..cluster::SLOTS as u16).collect();
@@ -410,17 +542,12 @@ impl Sink {
 
     /// Sends `cmd` to the node at `host:port`.
     pub(in crate::sink) async fn on_node(&self, node: &str, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
-        let RedisConn::Cluster(router) = &self.conn else {
-            let mut conn = self.conn.clone();
-            return cmd.query_async(&mut conn).await;
-        };
-        router.on_node(node, cmd).await
+        self.topology().on_node(node, cmd).await
     }
 
     /// The masters and their slots, and whether a slot is moving.
-    pub(in crate::sink) async fn layout(&self) -> Result<(Layout, bool), SinkError> {
-        let mut conn = self.conn.clone();
-        let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn).await.map_err(read_err)?;
+    async fn layout(&self, router: &Router) -> Result<(Layout, bool), SinkError> {
+        let reply = router.request(redis::cmd("CLUSTER").arg("SLOTS")).await.map_err(read_err)?;
         let layout = cluster::parse_slots(&reply)
             .ok_or_else(|| SinkError::Cluster("CLUSTER SLOTS gave a reply this version cannot read".into()))?;
         let nodes = self.text_of_each(&layout.masters, redis::cmd("CLUSTER").arg("NODES")).await?;
@@ -463,117 +590,76 @@ impl Sink {
         }
     }
 
-    /// Every live master's address and `run_id`, in address order
-    /// (`addr=run_id,…`; the watcher checks this before every batch, see
-    /// [`crate::sink::same_servers`]).
-    pub(in crate::sink) async fn cluster_run_ids(&self, router: &Router) -> Result<String, SinkError> {
-        let infos = self.info_of_masters(router, &["server"]).await?;
-        Ok(infos
-            .iter()
-            .map(|(addr, info)| format!("{addr}={}", crate::sink::info_value(info, "run_id").unwrap_or_default()))
-            .collect::<Vec<_>>()
-            .join(","))
-    }
-
     /// The slots no live master covers now, as ranges: empty but on a
     /// cluster that lost a master with no replica to take over (or has
     /// slots unassigned). Writes there are refused until it is covered.
     pub fn uncovered_slots(&self) -> Vec<(u16, u16)> {
-        match &self.conn {
-            RedisConn::Cluster(router) => router.uncovered(),
-            _ => Vec::new(),
-        }
+        self.topology().uncovered()
     }
 
     /// Whether a live master covers `key`'s slot (always, but on a
     /// cluster).
     pub fn covers(&self, key: &[u8]) -> bool {
-        match &self.conn {
-            RedisConn::Cluster(router) => router.owner(Some(cluster::slot(key))).is_some(),
-            _ => true,
-        }
+        self.topology().covers(key)
     }
 
-    /// Reads a cluster's slot map again (a master flagged failed, or back).
+    /// Reads where the masters are again (on a cluster, a master flagged
+    /// failed, or back).
     pub async fn refresh_topology(&self) {
-        if let RedisConn::Cluster(router) = &self.conn
-            && let Err(err) = router.refresh().await
-        {
-            tracing::debug!(error = %err, "could not read the cluster's slot map");
+        if let Err(err) = self.topology().refresh_masters().await {
+            tracing::debug!(error = %err, "could not read where the Redis masters are");
         }
     }
 
-    /// `INFO` of the given sections from every master, numeric fields
-    /// summed (memory, hits and misses of the whole cluster).
-    pub(in crate::sink) async fn cluster_info(&self, router: &Router, sections: &[&str]) -> Result<String, SinkError> {
-        let infos = self.info_of_masters(router, sections).await?;
-        Ok(sum_info(&infos.into_iter().map(|(_, info)| info).collect::<Vec<_>>()))
-    }
-
-    /// Runs `visit` on every key matching `glob` on every master (all of
-    /// them scanned at once, the batches filed as they come). When the
-    /// slot map changes during the pass, or a slot is moving, a key may
-    /// have gone from an unscanned master to a scanned one: the pass is
-    /// then thrown away (`Scanned::Restart`) and made again once the
+    /// Sends every key matching `glob` on every master into `found` (all
+    /// of them scanned at once, the batches sent on as they come). When
+    /// the slot map changes during the pass, or a slot is moving, a key
+    /// may have gone from an unscanned master to a scanned one: the pass
+    /// is then thrown away (`Scanned::Restart`) and made again once the
     /// slots settle.
-    pub(in crate::sink) async fn scan_masters<F, Fut>(
+    pub(in crate::sink) async fn scan_masters(
         &self,
+        router: &Router,
         glob: &str,
-        count: usize,
-        mut visit: F,
-    ) -> Result<(), SinkError>
-    where
-        F: FnMut(Scanned) -> Fut,
-        Fut: std::future::Future<Output = Result<(), SinkError>>,
-    {
+        found: tokio::sync::mpsc::Sender<Scanned>,
+    ) -> Result<(), SinkError> {
         let started = tokio::time::Instant::now();
         loop {
-            let (before, moving) = self.layout().await?;
+            let (before, moving) = self.layout(router).await?;
             if !moving {
-                // Every master at once; the batches are filed here, in
-                // the order they come.
-                let (tx, rx) = tokio::sync::mpsc::channel::<Vec<Vec<u8>>>(2 * before.masters.len().max(1));
-                let producers = async move {
-                    let scans = before.masters.iter().map(|node| {
-                        let tx = tx.clone();
-                        async move {
-                            let mut cursor: u64 = 0;
-                            loop {
-                                let mut cmd = redis::cmd("SCAN");
-                                cmd.arg(cursor).arg("MATCH").arg(glob).arg("COUNT").arg(count);
-                                let reply = self
-                                    .retry
-                                    .run(|| self.on_node(node, &cmd))
-                                    .await
-                                    .map_err(|(attempts, source)| SinkError::Scan { attempts, source })?;
-                                let (next, batch): (u64, Vec<Vec<u8>>) = parse(reply)?;
-                                // The consumer only stops when the pass failed.
-                                if tx.send(batch).await.is_err() || next == 0 {
-                                    return Ok::<_, SinkError>(());
-                                }
-                                cursor = next;
+                // Every master at once; the batches go on as they come.
+                let scans = before.masters.iter().map(|node| {
+                    let found = found.clone();
+                    async move {
+                        let mut cursor: u64 = 0;
+                        loop {
+                            let mut cmd = redis::cmd("SCAN");
+                            cmd.arg(cursor).arg("MATCH").arg(glob).arg("COUNT").arg(crate::sink::sweep::SCAN_COUNT);
+                            let reply = self
+                                .retry
+                                .run(|| router.on_node(node, &cmd))
+                                .await
+                                .map_err(|(attempts, source)| SinkError::Scan { attempts, source })?;
+                            let (next, batch): (u64, Vec<Vec<u8>>) = parse(reply)?;
+                            // The receiver only goes away when the pass failed.
+                            if found.send(Scanned::Keys(batch)).await.is_err() || next == 0 {
+                                return Ok::<_, SinkError>(());
                             }
+                            cursor = next;
                         }
-                    });
-                    futures::future::try_join_all(scans).await.map(|_| before)
-                };
-                let consumer = async {
-                    // Owned here: a failed visit drops it, and the
-                    // producers' next send ends them.
-                    let mut rx = rx;
-                    while let Some(batch) = rx.recv().await {
-                        visit(Scanned::Keys(batch)).await?;
                     }
-                    Ok::<(), SinkError>(())
-                };
-                let (scanned, visited) = tokio::join!(producers, consumer);
-                visited?;
-                let before = scanned?;
-                let (after, moving) = self.layout().await?;
+                });
+                futures::future::try_join_all(scans).await?;
+                if found.is_closed() {
+                    return Ok(());
+                }
+                let (after, moving) = self.layout(router).await?;
                 if !moving && after == before {
                     return Ok(());
                 }
-                visit(Scanned::Restart).await?;
+                if found.send(Scanned::Restart).await.is_err() {
+                    return Ok(());
+                }
             }
             if started.elapsed() > SETTLE_WAIT {
                 return Err(SinkError::Cluster(format!(

@@ -1,6 +1,7 @@
-//! Topology and connections: one node, a cluster (slots, the router,
-//! per-master scripts and scans) or Sentinel; the permission and
-//! eviction-policy preflight.
+//! Topology and connections: the seam ([`conn::Topology`]) and its three
+//! implementations, one node, a cluster (slots, the router, per-master
+//! scripts and scans) and Sentinel; the permission and eviction-policy
+//! preflight.
 
 pub mod acl;
 pub mod cluster;
@@ -8,3 +9,4 @@ pub mod cluster_io;
 pub mod conn;
 pub mod router;
 pub mod sentinel;
+pub mod single;

@@ -17,8 +17,9 @@
 //! reloads its state, as after a restart; fencing works as on one node.
 
 use crate::retry::RetryPolicy;
+use futures::future::BoxFuture;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{Cmd, ErrorKind, Pipeline, RedisResult, Value};
+use redis::{Cmd, ErrorKind, Pipeline, RedisFuture, RedisResult, Value};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
@@ -160,6 +161,69 @@ impl Sentinel {
 
     pub fn db(&self) -> i64 {
         self.setup.template.redis_settings().db()
+    }
+}
+
+/// Redis behind Sentinel is one node that can move: the one-node
+/// defaults of the seam, with requests following the master and `run_id`
+/// asked of the master the sentinels name now (a fail-over shows as a
+/// new `run_id`).
+impl crate::sink::Topology for Sentinel {
+    fn name(&self) -> &'static str {
+        "sentinel"
+    }
+
+    fn request<'a>(&'a self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(Sentinel::request(self, cmd))
+    }
+
+    fn pipeline<'a>(&'a self, pipe: &'a Pipeline, offset: usize, count: usize) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(Sentinel::pipeline(self, pipe, offset, count))
+    }
+
+    fn db(&self) -> i64 {
+        Sentinel::db(self)
+    }
+
+    fn masters(&self) -> Vec<String> {
+        vec![self.master_addr()]
+    }
+
+    fn owner(&self, _slot: u16) -> Option<String> {
+        Some(self.master_addr())
+    }
+
+    fn on_node<'a>(&'a self, _addr: &'a str, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(Sentinel::request(self, cmd))
+    }
+
+    fn pipeline_on_node<'a>(&'a self, _addr: &'a str, pipe: &'a Pipeline) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(self.follow(move |mut conn| async move { pipe.query_async(&mut conn).await }))
+    }
+
+    fn node_client(&self) -> Option<redis::Client> {
+        Some(self.client())
+    }
+
+    fn follow_fail_over(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {
+            let _ = self.refresh().await;
+        })
+    }
+
+    fn refresh_masters(&self) -> BoxFuture<'_, RedisResult<()>> {
+        Box::pin(self.refresh_now())
+    }
+
+    fn retry(&self) -> RetryPolicy {
+        RetryPolicy::REDIS_SENTINEL
+    }
+
+    fn run_id<'a>(&'a self, sink: &'a crate::sink::Sink) -> crate::sink::conn::Seam<'a, String> {
+        Box::pin(async move {
+            self.refresh_now().await.map_err(|source| crate::sink::SinkError::Scan { attempts: 1, source })?;
+            sink.run_id_of_one_node().await
+        })
     }
 }
 

@@ -33,7 +33,7 @@
 
 use crate::plan::{Change, Op, Value};
 use crate::sink::write::unit::Unit;
-use crate::sink::{RedisConn, Sink, SinkError, cluster, pipeline};
+use crate::sink::{Sink, SinkError, cluster, pipeline};
 use std::collections::HashSet;
 use std::ops::Range;
 
@@ -177,16 +177,16 @@ impl Sink {
         }
     }
 
-    /// Sends a fill and returns the stage's size. On a cluster it goes in
-    /// one round trip to the master of the stage's slot (the routed path
-    /// sends one slot's commands one at a time); where that fails (the
-    /// slot moved or is moving), through the routed path, which follows
-    /// the cluster. A fill starts with `UNLINK`, so sending it again after
-    /// part of it landed is safe.
+    /// Sends a fill and returns the stage's size. It goes in one round
+    /// trip to the master of the stage's slot (on a cluster, the routed
+    /// path sends one slot's commands one at a time); where that fails
+    /// (the slot moved or is moving, a connection broke), through the
+    /// routed path with retries, which follows the deployment. A fill
+    /// starts with `UNLINK`, so sending it again after part of it landed
+    /// is safe.
     async fn send_fill(&self, fill: &redis::Pipeline, slot: u16) -> Result<usize, SinkError> {
-        if let RedisConn::Cluster(router) = &self.conn
-            && let Some(addr) = router.owner(Some(slot))
-            && let Ok(replies) = router.pipeline_on_node(&addr, fill).await
+        if let Some(addr) = self.topology().owner(slot)
+            && let Ok(replies) = self.topology().pipeline_on_node(&addr, fill).await
             && let [reply] = replies.as_slice()
             && let Ok(found) = redis::from_redis_value::<usize>(reply.clone())
         {

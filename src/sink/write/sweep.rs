@@ -114,7 +114,7 @@ enum Filed {
     Key(FamilyId, String, Option<bool>),
 }
 
-const SCAN_COUNT: usize = 5000;
+pub(in crate::sink) const SCAN_COUNT: usize = 5000;
 const UNLINK_BATCH: usize = 1000;
 
 impl crate::sink::Sink {
@@ -125,34 +125,49 @@ impl crate::sink::Sink {
         Ok(Existing { keys: all.keys, scanned: all.scanned, not_utf8: all.not_utf8 })
     }
 
-    /// Calls `visit` with every batch of keys matching `glob`: one SCAN
-    /// pass on a single Redis; on a cluster, one on every master, made
-    /// again (after `Scanned::Restart`) when slots moved meanwhile.
+    /// Calls `visit` with every batch of keys matching `glob`, as the
+    /// topology scans them (see [`crate::sink::Topology::scan`]): one SCAN
+    /// pass on one node; on a cluster, one on every master, made again
+    /// (after `Scanned::Restart`) when slots moved meanwhile. The scan
+    /// runs ahead of `visit` by a few batches, so a pass takes about as
+    /// long as Redis takes to scan, not that plus the filing.
     pub(in crate::sink) async fn for_each_key<F, Fut>(&self, glob: &str, mut visit: F) -> Result<(), SinkError>
     where
         F: FnMut(Scanned) -> Fut,
         Fut: std::future::Future<Output = Result<(), SinkError>>,
     {
-        if self.is_cluster() {
-            return self.scan_masters(glob, SCAN_COUNT, visit).await;
-        }
-        // The next SCAN is on its way while `visit` files this batch: the
-        // pass then takes about as long as Redis takes to scan, not that
-        // plus the filing.
-        let step = |cursor: u64| {
-            let (retry, mut conn, glob) = (self.retry, self.connection(), glob.to_string());
-            crate::tasks::spawn(async move { scan(&retry, &mut conn, cursor, &glob).await })
-        };
-        let mut pending = Some(step(0));
-        while let Some(task) = pending.take() {
-            // The task only ends early by panicking: pass the panic on.
-            let (next, batch) = task.await.unwrap_or_else(|err| panic!("the scan task failed: {err}"))?;
-            if next != 0 {
-                pending = Some(step(next));
+        let ahead = 2 * self.topology().masters().len().max(1);
+        let (found, mut batches) = tokio::sync::mpsc::channel(ahead);
+        let scan = self.topology().scan(self, glob, found);
+        let filing = async move {
+            // Owned here: a failed visit drops it, and the scan's next
+            // send ends the scan.
+            while let Some(batch) = batches.recv().await {
+                visit(batch).await?;
             }
-            visit(Scanned::Keys(batch)).await?;
+            Ok::<(), SinkError>(())
+        };
+        let (scanned, filed) = tokio::join!(scan, filing);
+        filed?;
+        scanned
+    }
+
+    /// One SCAN pass over one node into `found`: the one-node answer of
+    /// [`crate::sink::Topology::scan`].
+    pub(in crate::sink) async fn scan_one_node(
+        &self,
+        glob: &str,
+        found: tokio::sync::mpsc::Sender<Scanned>,
+    ) -> Result<(), SinkError> {
+        let mut conn = self.connection();
+        let mut cursor = 0;
+        loop {
+            let (next, batch) = scan(&self.retry, &mut conn, cursor, glob).await?;
+            if found.send(Scanned::Keys(batch)).await.is_err() || next == 0 {
+                return Ok(());
+            }
+            cursor = next;
         }
-        Ok(())
     }
 
     /// One pass over the keyspace: the keys of the selected families for

@@ -475,7 +475,7 @@ mod tests {
         unit.cmd("EXPIRE", "app:a").arg(9);
         unit.unlink(&["app:a".to_string(), "app:b".to_string()]);
         unit.smove("s:active".into(), "s:done".into(), "r1");
-        let mut step = Unit::new();
+        let mut step = crate::sink::write::unit::Step::default();
         step.cmd(SIZE_GUARD, "app:b").arg("SCARD").arg(1);
         unit.guarded(step);
         unit.publish("chan", "m");

@@ -32,7 +32,7 @@
 //!   expires within [`STAGE_TTL`] of its first command.
 
 use crate::plan::{Change, Op, Value};
-use crate::sink::write::unit::Unit;
+use crate::sink::write::unit::{Step, Unit};
 use crate::sink::{Sink, SinkError, cluster, pipeline};
 use std::collections::HashSet;
 use std::ops::Range;
@@ -84,7 +84,7 @@ pub fn fill(stage: &str, value: &Value, steps: &[Range<usize>]) -> redis::Pipeli
 /// cluster runs in its slot's write script and one node as one unfenced
 /// write script inside the fenced transaction.
 pub fn add_swap(unit: &mut Unit, stage: &str, key: &str, value: &Value, seconds: u64) {
-    let mut swap = Unit::new();
+    let mut swap = Step::default();
     swap.cmd(cluster::SIZE_GUARD, stage).arg(size_command(value)).arg(size(value));
     swap.cmd("RENAME", stage).arg(key);
     swap.cmd("EXPIRE", key).arg(seconds);

@@ -48,9 +48,7 @@ impl Unit {
     /// A command that writes `key`; its other arguments follow on the
     /// command returned.
     pub fn cmd(&mut self, name: &str, key: impl AsRef<[u8]>) -> &mut redis::Cmd {
-        let mut cmd = redis::cmd(name);
-        cmd.arg(key.as_ref());
-        self.entries.push(Entry::Keyed(cmd));
+        self.entries.push(Entry::Keyed(keyed(name, key.as_ref())));
         match self.entries.last_mut() {
             Some(Entry::Keyed(cmd)) => cmd,
             _ => unreachable!("a keyed command was pushed just above"),
@@ -75,19 +73,11 @@ impl Unit {
         self.entries.push(Entry::Keyless(cmd));
     }
 
-    /// Adds `step` (keyed commands only) as one guarded step: its size
-    /// guards are checked before any of its commands runs.
-    pub fn guarded(&mut self, step: Unit) {
-        let commands: Vec<redis::Cmd> = step
-            .entries
-            .into_iter()
-            .map(|entry| match entry {
-                Entry::Keyed(cmd) => cmd,
-                other => unreachable!("a guarded step holds keyed commands only, not {other:?}"),
-            })
-            .collect();
-        if !commands.is_empty() {
-            self.entries.push(Entry::Guarded(commands));
+    /// Adds `step` as one guarded step: its size guards are checked
+    /// before any of its commands runs.
+    pub fn guarded(&mut self, step: Step) {
+        if !step.commands.is_empty() {
+            self.entries.push(Entry::Guarded(step.commands));
         }
     }
 
@@ -129,6 +119,29 @@ impl Unit {
     }
 }
 
+/// Commands that go as one guarded step of a [`Unit`]: keyed commands
+/// only, their size guards among them (see [`Unit::guarded`]).
+#[derive(Debug, Default, Clone)]
+pub struct Step {
+    commands: Vec<redis::Cmd>,
+}
+
+impl Step {
+    /// A command that writes `key`, as [`Unit::cmd`].
+    pub fn cmd(&mut self, name: &str, key: impl AsRef<[u8]>) -> &mut redis::Cmd {
+        self.commands.push(keyed(name, key.as_ref()));
+        let last = self.commands.len() - 1;
+        &mut self.commands[last]
+    }
+}
+
+/// `name key`, the rest of its arguments to follow.
+fn keyed(name: &str, key: &[u8]) -> redis::Cmd {
+    let mut cmd = redis::cmd(name);
+    cmd.arg(key);
+    cmd
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,11 +167,11 @@ mod tests {
         unit.unlink(&["a".to_string(), "b".to_string()]);
         unit.unlink(&[]);
         unit.smove("s:active".into(), "s:done".into(), "r1");
-        let mut step = Unit::new();
+        let mut step = Step::default();
         step.cmd(crate::sink::cluster::SIZE_GUARD, "k").arg("LLEN").arg(2);
         step.cmd("RPUSH", "k").arg("x");
         unit.guarded(step);
-        unit.guarded(Unit::new());
+        unit.guarded(Step::default());
         unit.publish("chan", "m");
         let commands = text(&unit.into_pipeline());
         assert_eq!(commands.len(), 5);

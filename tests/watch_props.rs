@@ -33,6 +33,11 @@ fn config() -> Config {
     common::golden_config()
 }
 
+/// One atomic unit on a cluster: a script's share of the write budget.
+fn cluster_unit(cfg: &Config) -> usize {
+    cfg.write_batch_cost / cachewright::sink::cluster::SCRIPT_BUDGET_DIVISOR
+}
+
 /// One change to MongoDB.
 #[derive(Debug, Clone)]
 enum Step {
@@ -276,7 +281,9 @@ fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
 fn run_with(initial: Vec<Step>, steps: Vec<Step>, patch_step: Option<usize>) -> Result<(), TestCaseError> {
     let cfg = config();
     let ctx = plan_ctx(&cfg, FamilySet::all());
-    let ctx = PlanCtx { patch_step: patch_step.unwrap_or(ctx.patch_step), ..ctx };
+    // A cluster script's share of the budget by default, the smaller of
+    // the sink's two units.
+    let patch_step = patch_step.unwrap_or(cluster_unit(&cfg));
     let mut mongo = Mongo::default();
     for s in &initial {
         mongo.apply(s);
@@ -329,7 +336,7 @@ fn run_with(initial: Vec<Step>, steps: Vec<Step>, patch_step: Option<usize>) -> 
             applied.absorb(state.apply(vec![mongo.look_up(Coll::Video, raw_id)]));
         }
         let view = redis_view(store, &ctx, applied.videos.keys().cloned());
-        let plan = plan_batch(state, &applied, &view, &ctx);
+        let plan = plan_batch(state, &applied, &view, &ctx, patch_step);
         // The engine's steps, in its order; a failure stops them after
         // `landed` transactions (the state is rolled back even when all
         // of them landed: the reply was lost).
@@ -585,7 +592,7 @@ fn one_batch(
     let events: Vec<Event> = steps.iter().filter_map(|s| mongo.apply(s)).collect();
     let applied = state.apply(events);
     let view = redis_view(store, &ctx, applied.videos.keys().cloned());
-    let plan = plan_batch(state, &applied, &view, &ctx);
+    let plan = plan_batch(state, &applied, &view, &ctx, cluster_unit(&cfg));
     for change in plan.changes.iter().chain(plan.later.iter().flatten()).chain(&plan.last) {
         write(store, change);
     }

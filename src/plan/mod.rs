@@ -257,9 +257,6 @@ pub struct PlanCtx {
     pub search_lengths: Vec<usize>,
     pub home_sections: Vec<HomeSection>,
     pub families: FamilySet,
-    /// What one step of the watcher's patches may cost Redis: one atomic
-    /// unit (the watcher sets its sink's, `Sink::unit_cost`).
-    pub patch_step: usize,
 }
 
 impl PlanCtx {

@@ -168,9 +168,6 @@ pub fn plan_ctx(cfg: &Config, families: FamilySet) -> PlanCtx {
         search_lengths: cfg.tag_search_lengths.clone(),
         home_sections: cfg.home_sections(),
         families,
-        // A cluster script's share of the budget, which one node's
-        // transaction holds too; the watcher sets its sink's own unit.
-        patch_step: cfg.write_batch_cost / crate::sink::cluster::SCRIPT_BUDGET_DIVISOR,
     }
 }
 

@@ -145,7 +145,6 @@ mod tests {
             search_lengths: vec![2, 3],
             home_sections: vec![],
             families: crate::plan::FamilySet::all(),
-            patch_step: 30_000,
         };
         let keys = reached(&before, &new, &applied, &ctx);
         let set = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<HashSet<String>>();

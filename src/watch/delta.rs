@@ -44,6 +44,8 @@ struct Touched<'a> {
 /// The touched videos whose index views changed, filed by every category
 /// and tag they referenced before or reference now.
 pub struct Deltas<'a> {
+    /// What one step of a patch may cost Redis (see [`stepped`]).
+    pub step: usize,
     touched: Vec<Touched<'a>>,
     by_category: FxHashMap<Sym, Vec<usize>>,
     by_tag: FxHashMap<Sym, Vec<usize>>,
@@ -75,8 +77,9 @@ impl Moves<'_> {
 }
 
 impl<'a> Deltas<'a> {
-    pub fn new(state: &State, applied: &'a Applied) -> Deltas<'a> {
-        let mut deltas = Deltas { touched: Vec::new(), by_category: Default::default(), by_tag: Default::default() };
+    pub fn new(state: &State, applied: &'a Applied, step: usize) -> Deltas<'a> {
+        let mut deltas =
+            Deltas { step, touched: Vec::new(), by_category: Default::default(), by_tag: Default::default() };
         for (written, (before, _)) in &applied.videos {
             let now = state.index_view(written);
             if before.as_ref() == now.as_ref() {

@@ -234,7 +234,9 @@ impl Engine<'_> {
         };
         let view = plan::RedisView { categories, details };
         let read = started.elapsed();
-        let mut plan = self.in_memory(|| plan::plan_batch(state, &applied, &view, self.ctx));
+        // A patch goes in steps as big as the sink's atomic unit.
+        let step = self.sink.unit_cost();
+        let mut plan = self.in_memory(|| plan::plan_batch(state, &applied, &view, self.ctx, step));
         let planned = started.elapsed();
         self.metrics.visited(plan.visited);
         let budget = self.sink.tx_budget();

@@ -45,7 +45,7 @@ pub use metrics::WatchMetrics;
 
 use crate::config::{Collections, Config};
 use crate::keys::status::StatusKeys;
-use crate::plan::{FamilySet, PlanCtx};
+use crate::plan::FamilySet;
 use crate::progress::Progress;
 use crate::rebuild::{RebuildOptions, RunError, plan_ctx, rebuild_with_retries};
 use crate::sink::{Fence, Lease, LeaseError, Sink, SinkError};
@@ -190,8 +190,7 @@ pub async fn run_fenced(
     };
     let status = StatusKeys::new(cfg.status_prefix.clone());
     let mongo = cfg.mongo();
-    // A patch goes in steps as big as the sink's atomic unit.
-    let ctx = PlanCtx { patch_step: sink.unit_cost(), ..plan_ctx(cfg, FamilySet::all()) };
+    let ctx = plan_ctx(cfg, FamilySet::all());
     let mut rebuild_reason: Option<String> = None;
     'establish: loop {
         let saved = match &rebuild_reason {

@@ -101,8 +101,10 @@ fn detail_refs(detail: Option<&str>) -> (Vec<String>, Vec<String>) {
     (ids("categoryIds"), ids("tagIds"))
 }
 
-/// Plans the writes of one applied batch.
-pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCtx) -> BatchPlan {
+/// Plans the writes of one applied batch, patches cut into steps that
+/// cost Redis at most `patch_step` each (one atomic unit of the sink,
+/// `Sink::unit_cost`).
+pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCtx, patch_step: usize) -> BatchPlan {
     let catalog = &state.catalog;
     let mut out = BatchPlan::default();
 
@@ -236,7 +238,7 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     let mut ops = plan_homes(state, ctx, &channels);
     let whole_cats: BTreeSet<String> = state.dirty.categories.union(&flipped).cloned().collect();
     let whole = Whole { all: state.catching_up || state.replayed, cats: &whole_cats, tags: &whole_tags };
-    let deltas = Deltas::new(state, applied);
+    let deltas = Deltas::new(state, applied, patch_step);
     let scoped = plan_scopes(state, ctx, (&cats, &tags), &whole, &deltas, &mut out.visited);
     ops.extend(scoped.ops);
     if !sel.is_empty() {
@@ -559,13 +561,13 @@ fn patch_category(
     let mut patches = Vec::new();
     for key in keys {
         let patch = match key.family {
-            FamilyId::VideoCategoryIndex => delta::zset_patch(key.clone(), before, &moves, ctx.patch_step),
+            FamilyId::VideoCategoryIndex => delta::zset_patch(key.clone(), before, &moves, deltas.step),
             _ => {
                 let sym = sym.expect("a category with members is referenced");
                 let after = |added, w: WidRef<'_>| {
                     delta::next_kept(state.members().after_in_category(sym, added, w), |_, _| true)
                 };
-                delta::list_patch(key.clone(), before, &moves, after, ctx.patch_step)
+                delta::list_patch(key.clone(), before, &moves, after, deltas.step)
             }
         };
         match patch {
@@ -607,7 +609,7 @@ fn patch_tag(
     let members = state.members();
     let in_owner = |added, w: WidRef<'_>| members.in_category(Some(owner), added, w);
     let after = |added, w: WidRef<'_>| delta::next_kept(members.after_in_tag(sym, added, w), in_owner);
-    match delta::list_patch(key, before, &moves, after, ctx.patch_step) {
+    match delta::list_patch(key, before, &moves, after, deltas.step) {
         Some(patch) => {
             out.patches.push((patch, now));
             true

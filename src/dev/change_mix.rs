@@ -90,12 +90,13 @@ impl Changes {
         };
         let nonce =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+        // The nonce keeps values new; the seed alone picks the changes
+        // (the nonce's when none is given).
+        let seed = seed.unwrap_or(nonce as u64);
         Ok(Changes {
             mix,
-            // The nonce keeps values new; the seed alone picks the
-            // changes (the nonce's when none is given).
-            rng: Rng::new(seed.unwrap_or(nonce as u64)),
-            seed: seed.unwrap_or(nonce as u64),
+            rng: Rng::new(seed),
+            seed,
             nonce,
             videos: db.collection(&names.video),
             categories: db.collection(&names.category),

@@ -358,6 +358,7 @@ impl Sink {
             timeout: Duration::from_secs(settings.timeout_seconds),
         };
         redis::cmd("PING").query_async::<()>(&mut sink.conn).await.map_err(connect_err)?;
+        tracing::debug!(topology = topology.name(), masters = topology.masters().len(), "connected to Redis");
         Ok(sink)
     }
 

@@ -44,6 +44,9 @@ impl Sink {
         let err = |source| SinkError::Scan { attempts: 1, source };
         // Spread over the masters (one on one node), one pipeline each.
         let masters = self.topology().masters();
+        if masters.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut replies = Vec::with_capacity(n);
         for (i, node) in masters.iter().enumerate() {
             let share = n / masters.len() + usize::from(i < n % masters.len());

@@ -256,6 +256,12 @@ pub struct SlotPart<'a> {
 }
 
 impl SlotPart<'_> {
+    /// Each command as its arguments joined by spaces, for tests.
+    #[cfg(test)]
+    pub fn lines(&self) -> Vec<String> {
+        self.commands.iter().map(|c| String::from_utf8_lossy(&c.join(&b' ')).into_owned()).collect()
+    }
+
     /// The keys its commands name, each once (for a script's `KEYS`).
     pub fn keys(&self) -> Vec<&[u8]> {
         let mut keys: Vec<&[u8]> = Vec::new();

@@ -2,7 +2,6 @@
 //! a master refuses), the epoch's copies, per-master commands and scans
 //! that follow the slot map.
 
-use crate::retry::RetryPolicy;
 use crate::sink::cluster::{self, Layout, RAISE_GROUP_SCRIPT, RAISE_SCRIPT, SlotPart, WRITE_SCRIPT};
 use crate::sink::conn::{Seam, Topology};
 use crate::sink::router::Router;
@@ -167,10 +166,6 @@ impl Topology for Router {
 
     fn refresh_masters(&self) -> BoxFuture<'_, redis::RedisResult<()>> {
         Box::pin(Router::refresh(self))
-    }
-
-    fn retry(&self) -> RetryPolicy {
-        RetryPolicy::REDIS
     }
 
     fn unit_cost(&self, batch_cost: usize) -> usize {
@@ -628,27 +623,7 @@ impl Sink {
             let (before, moving) = self.layout(router).await?;
             if !moving {
                 // Every master at once; the batches go on as they come.
-                let scans = before.masters.iter().map(|node| {
-                    let found = found.clone();
-                    async move {
-                        let mut cursor: u64 = 0;
-                        loop {
-                            let mut cmd = redis::cmd("SCAN");
-                            cmd.arg(cursor).arg("MATCH").arg(glob).arg("COUNT").arg(crate::sink::sweep::SCAN_COUNT);
-                            let reply = self
-                                .retry
-                                .run(|| router.on_node(node, &cmd))
-                                .await
-                                .map_err(|(attempts, source)| SinkError::Scan { attempts, source })?;
-                            let (next, batch): (u64, Vec<Vec<u8>>) = parse(reply)?;
-                            // The receiver only goes away when the pass failed.
-                            if found.send(Scanned::Keys(batch)).await.is_err() || next == 0 {
-                                return Ok::<_, SinkError>(());
-                            }
-                            cursor = next;
-                        }
-                    }
-                });
+                let scans = before.masters.iter().map(|node| self.scan_node(node, glob, &found));
                 futures::future::try_join_all(scans).await?;
                 if found.is_closed() {
                     return Ok(());

@@ -240,11 +240,8 @@ mod tests {
         let ttl = TierSeconds { count: 1, index: 9, detail: 3, catalog: 4 };
         let mut unit = Unit::new();
         add_changes(&mut unit, &changes, &ttl, 0.0, || 0.0);
-        let cluster: Vec<String> = crate::sink::cluster::split(&unit)
-            .parts
-            .iter()
-            .flat_map(|part| part.commands.iter().map(|c| String::from_utf8_lossy(&c.join(&b' ')).into_owned()))
-            .collect();
+        let cluster: Vec<String> =
+            crate::sink::cluster::split(&unit).parts.iter().flat_map(|part| part.lines()).collect();
         assert_eq!(
             cluster,
             [
@@ -275,8 +272,7 @@ mod tests {
         let mut unit = Unit::new();
         unit.guarded(step);
         let parts = crate::sink::cluster::split(&unit).parts;
-        let commands: Vec<String> =
-            parts[0].commands.iter().map(|c| String::from_utf8_lossy(&c.join(&b' ')).into_owned()).collect();
+        let commands = parts[0].lines();
         assert_eq!(
             commands,
             [

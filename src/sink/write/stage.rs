@@ -272,8 +272,7 @@ mod tests {
         let mut unit = Unit::new();
         add_swap(&mut unit, "s{k}", "k", &list, 7200);
         let parts = cluster::split(&unit).parts;
-        let joined: Vec<String> =
-            parts[0].commands.iter().map(|c| String::from_utf8_lossy(&c.join(&b' ')).into_owned()).collect();
+        let joined = parts[0].lines();
         assert_eq!(parts.len(), 1, "the stage is tagged into the key's slot");
         assert_eq!(joined, ["SIZEIS s{k} LLEN 2", "RENAME s{k} k", "EXPIRE k 7200"]);
         assert_eq!(

@@ -12,7 +12,7 @@ use crate::plan::FamilySet;
 use crate::registry::FamilyId;
 use crate::sample::Reservoir;
 use crate::sink::cluster_io::Scanned;
-use crate::sink::{RetryPolicy, SinkError};
+use crate::sink::SinkError;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 
@@ -159,10 +159,30 @@ impl crate::sink::Sink {
         glob: &str,
         found: tokio::sync::mpsc::Sender<Scanned>,
     ) -> Result<(), SinkError> {
-        let mut conn = self.connection();
-        let mut cursor = 0;
+        let node = self.topology().masters().into_iter().next().unwrap_or_default();
+        self.scan_node(&node, glob, &found).await
+    }
+
+    /// One SCAN pass over the master at `node` into `found`, a batch at a
+    /// time; it ends early, quietly, when `found`'s receiver is gone (the
+    /// pass failed there).
+    pub(in crate::sink) async fn scan_node(
+        &self,
+        node: &str,
+        glob: &str,
+        found: &tokio::sync::mpsc::Sender<Scanned>,
+    ) -> Result<(), SinkError> {
+        let mut cursor: u64 = 0;
         loop {
-            let (next, batch) = scan(&self.retry, &mut conn, cursor, glob).await?;
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor).arg("MATCH").arg(glob).arg("COUNT").arg(SCAN_COUNT);
+            let reply = self
+                .retry
+                .run(|| self.on_node(node, &cmd))
+                .await
+                .map_err(|(attempts, source)| SinkError::Scan { attempts, source })?;
+            let (next, batch): (u64, Vec<Vec<u8>>) =
+                redis::from_redis_value(reply).map_err(|e| SinkError::Scan { attempts: 1, source: e.into() })?;
             if found.send(Scanned::Keys(batch)).await.is_err() || next == 0 {
                 return Ok(());
             }
@@ -314,30 +334,6 @@ fn file_page(keys: &Keys, families: FamilySet, batch: Vec<Vec<u8>>, produced: &J
             Filed::Key(family, key, made)
         })
         .collect()
-}
-
-async fn scan(
-    retry: &RetryPolicy,
-    conn: &mut crate::sink::RedisConn,
-    cursor: u64,
-    glob: &str,
-) -> Result<(u64, Vec<Vec<u8>>), SinkError> {
-    retry
-        .run(|| {
-            let mut conn = conn.clone();
-            async move {
-                redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(glob)
-                    .arg("COUNT")
-                    .arg(SCAN_COUNT)
-                    .query_async(&mut conn)
-                    .await
-            }
-        })
-        .await
-        .map_err(|(attempts, source)| SinkError::Scan { attempts, source })
 }
 
 #[cfg(test)]

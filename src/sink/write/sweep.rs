@@ -11,8 +11,8 @@ use crate::keys::Keys;
 use crate::plan::FamilySet;
 use crate::registry::FamilyId;
 use crate::sample::Reservoir;
-use crate::sink::cluster_io::Scanned;
 use crate::sink::SinkError;
+use crate::sink::cluster_io::Scanned;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 

@@ -18,4 +18,8 @@ cargo fmt --all -- --check
 say "cargo clippy -D warnings"
 cargo clippy --all-targets --all-features --locked -- -D warnings
 say "cargo test"
+# A failing test prints what cachewright logged while it ran (libtest
+# shows a test's captured output only when it fails), so a failure in CI
+# says what the service was doing, not only which assertion gave up.
+export TEST_LOG="${TEST_LOG:-cachewright=info}"
 cargo test --locked "$@"

@@ -205,17 +205,26 @@ impl Data {
     /// applied all four: each stream is ordered, so everything before them
     /// is applied too.
     async fn settle(&mut self, redis: &str, prefix: &str) {
-        self.settle_within(redis, prefix, Duration::from_secs(30)).await
+        self.write_markers().await;
+        self.markers_applied(redis, prefix, Duration::from_secs(30), None).await
     }
 
     /// [`Self::settle`] with its own bound: after a MongoDB restart the
     /// driver's server selection alone may wait 30 s before the watcher's
     /// reconnection backoff starts, and a slow machine's restart takes
     /// longer still.
-    async fn settle_within(&mut self, redis: &str, prefix: &str, bound: Duration) {
+    ///
+    /// The watcher is watched too: one that ended says how at once, and
+    /// one that gives up says what its counters show.
+    async fn settle_within(&mut self, watcher: &common::watcher::Watcher, redis: &str, prefix: &str, bound: Duration) {
+        self.write_markers().await;
+        self.markers_applied(redis, prefix, bound, Some(watcher)).await
+    }
+
+    /// One new marker document in every collection.
+    async fn write_markers(&mut self) {
         self.marker += 1;
-        let m = self.marker;
-        let (cat, tag, ch, v) = (format!("mc{m}"), format!("mt{m}"), format!("mch{m}"), format!("mv{m}"));
+        let (cat, tag, ch, v) = marker_ids(self.marker);
         self.db
             .collection::<Document>("Category")
             .insert_one(doc! {"_id": &cat, "name": "marker", "seq": 9, "status": 1})
@@ -236,6 +245,17 @@ impl Data {
             .insert_one(doc! {"_id": &v, "title": "marker", "categoryIds": [&cat], "tagIds": [&tag], "listStatus": 1})
             .await
             .unwrap();
+    }
+
+    /// Waits until the latest markers' keys exist.
+    async fn markers_applied(
+        &self,
+        redis: &str,
+        prefix: &str,
+        bound: Duration,
+        watcher: Option<&common::watcher::Watcher>,
+    ) {
+        let (cat, tag, ch, v) = marker_ids(self.marker);
         let wanted = [
             format!("{prefix}:category:by-id:{cat}"),
             format!("{prefix}:video:tag:list:{cat}:{tag}"),
@@ -250,6 +270,9 @@ impl Data {
         }
         let applied = common::wait_for("the markers", Duration::MAX, || {
             let (exists, mut conn, n) = (&exists, conn.clone(), wanted.len());
+            if let Some(ended) = watcher.and_then(|w| w.ended()) {
+                panic!("the watcher ended before it applied the markers: {ended}");
+            }
             async move { exists.query_async::<Vec<usize>>(&mut conn).await.unwrap().iter().sum::<usize>() == n }
         });
         if tokio::time::timeout(bound, applied).await.is_ok() {
@@ -262,8 +285,14 @@ impl Data {
                 missing.push(key.clone());
             }
         }
-        panic!("the watcher did not apply the markers within {bound:?}: missing {missing:?}");
+        let report = watcher.map(|w| w.report()).unwrap_or_default();
+        panic!("the watcher did not apply the markers within {bound:?}: missing {missing:?}; watcher: {report}");
     }
+}
+
+/// The ids of the `m`th markers: category, tag, channel, video.
+fn marker_ids(m: u32) -> (String, String, String, String) {
+    (format!("mc{m}"), format!("mt{m}"), format!("mch{m}"), format!("mv{m}"))
 }
 
 /// Rebuilds into a second prefix and compares every key (TTLs aside).
@@ -469,7 +498,7 @@ async fn the_watcher_survives_a_mongodb_restart() {
     for _ in 0..30 {
         d.change().await;
     }
-    d.settle_within(&redis.url(), &prefix, Duration::from_secs(150)).await;
+    d.settle_within(&watcher, &redis.url(), &prefix, Duration::from_secs(150)).await;
     watcher.stop().await;
     assert_same_as_rebuild(&mongo.uri(), &redis.url(), &name, &prefix, 9).await;
 }

@@ -10,22 +10,28 @@ pub struct Watcher {
     pub stop: tokio::sync::oneshot::Sender<()>,
     pub task: tokio::task::JoinHandle<Result<(), cachewright::watch::WatchError>>,
     pub metrics: Arc<WatchMetrics>,
+    /// How the watcher ended, once it has: a test waiting on its output
+    /// says why instead of timing out.
+    pub ended: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 pub fn start(cfg: &Config) -> Watcher {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let metrics = Arc::new(WatchMetrics::default());
+    let ended = Arc::new(std::sync::Mutex::new(None));
     let task = {
-        let (cfg, metrics) = (cfg.clone(), metrics.clone());
+        let (cfg, metrics, ended) = (cfg.clone(), metrics.clone(), ended.clone());
         let opts = WatchOptions { window: Duration::from_millis(50), ..WatchOptions::default() };
         tokio::spawn(async move {
-            cachewright::watch::run(&cfg, &opts, metrics, async {
+            let outcome = cachewright::watch::run(&cfg, &opts, metrics, async {
                 let _ = stopped.await;
             })
-            .await
+            .await;
+            *ended.lock().unwrap() = Some(format!("{outcome:?}"));
+            outcome
         })
     };
-    Watcher { stop, task, metrics }
+    Watcher { stop, task, metrics, ended }
 }
 
 /// Starts a watcher and waits until its streams are open.
@@ -41,6 +47,27 @@ pub async fn start_streaming(cfg: &Config) -> Watcher {
 }
 
 impl Watcher {
+    /// How the watcher ended, if it has.
+    pub fn ended(&self) -> Option<String> {
+        self.ended.lock().unwrap().clone()
+    }
+
+    /// Its counters, for a test that gives up waiting on it.
+    pub fn report(&self) -> String {
+        use std::sync::atomic::Ordering::Relaxed;
+        let m = &self.metrics;
+        format!(
+            "streaming {}, rebuilds {}, batches {}, rounds {}, stream errors {}, failed batches {}, ended: {}",
+            m.is_streaming(),
+            m.rebuilds.load(Relaxed),
+            m.batches.load(Relaxed),
+            m.rounds.load(Relaxed),
+            m.stream_errors.load(Relaxed),
+            m.failed_batches.load(Relaxed),
+            self.ended().unwrap_or_else(|| "no".into())
+        )
+    }
+
     pub async fn stop(self) -> Arc<WatchMetrics> {
         let _ = self.stop.send(());
         self.task.await.unwrap().expect("watcher ran cleanly");

@@ -503,6 +503,48 @@ async fn the_watcher_survives_a_mongodb_restart() {
     assert_same_as_rebuild(&mongo.uri(), &redis.url(), &name, &prefix, 9).await;
 }
 
+/// A MongoDB that stops answering without closing its connections (a
+/// paused process, a network that drops packets) holds the streams'
+/// reads: the watcher notices, and its reopening while MongoDB stays
+/// silent is retried from the saved tokens, never taken for a server
+/// refusing a token (which would rebuild everything). Once MongoDB
+/// answers again, what changed meanwhile is applied and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_mongodb_is_reopened_from_the_tokens_without_a_rebuild() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let _serial = SERIAL.lock().await;
+    let s = common::shared();
+    let proxy = common::proxy::Proxy::start(s.mongo.port).await;
+    let name = common::unique("watchstall");
+    let prefix = format!("w{name}");
+    let cfg = watch_env(&name, &prefix).mongo(&proxy.mongo_uri()).config();
+    // The test's own writes go straight to MongoDB: only the watcher's
+    // connections are stalled.
+    let mut d = data(&watch_env(&name, &prefix).config(), 13).await;
+    d.seed().await;
+    let watcher = start_streaming(&cfg).await;
+    for _ in 0..20 {
+        d.change().await;
+    }
+    d.settle(&s.redis.url(), &prefix).await;
+    proxy.stall();
+    for _ in 0..20 {
+        d.change().await;
+    }
+    // The streams fail, and so does at least one reopening while the
+    // stall lasts.
+    common::wait_for("two stream failures while MongoDB is stalled", Duration::from_secs(120), || {
+        assert!(watcher.ended().is_none(), "the watcher ended: {}", watcher.report());
+        std::future::ready(watcher.metrics.stream_errors.load(Relaxed) >= 2)
+    })
+    .await;
+    proxy.heal();
+    d.settle_within(&watcher, &s.redis.url(), &prefix, Duration::from_secs(120)).await;
+    let metrics = watcher.stop().await;
+    assert_eq!(metrics.rebuilds.load(Relaxed), 1, "only the first start rebuilt");
+    assert_same_as_rebuild(&s.mongo.uri(), &s.redis.url(), &name, &prefix, 13).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watcher_rebuilds_after_redis_loses_its_keys() {
     let _serial = SERIAL.lock().await;

@@ -244,70 +244,81 @@ pub async fn run_fenced(
                 .collect();
             drop(tx);
             let all_open = futures::future::join_all(opened).await.iter().all(Result::is_ok);
-            if all_open && let Some((kept, _)) = state.as_mut().filter(|_| !metrics.is_streaming()) {
-                // Resumed with a kept state: no collection is read again.
-                // A job may have written newer values meanwhile (serve
-                // recorded which keys it left), so until the streams pass
-                // now, what the watcher writes stays pending, as after a
-                // load.
-                kept.dirty.extend(&state::Scopes::from_members(sink.members(&status.cdc_pending()).await?));
-                kept.deferred.extend(sink.members(&status.cdc_deferred()).await?);
-                kept.catching_up = true;
-                // The job may have rewritten catalogue keys this state
-                // knows: the next catalogue change checks all of them.
-                kept.catalog_unsure = true;
-                catch_up = CatchUp::until(source.cluster_time().await?);
-                tracing::info!(videos = kept.video_count(), "watcher state kept; streaming from its tokens");
-                metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-            if all_open && state.is_none() {
-                if fresh {
-                    let reason = rebuild_reason.take().unwrap_or_else(|| "no saved resume tokens".into());
-                    tracing::info!(reason = %reason, "streams open; running a full rebuild before applying changes");
-                    let opts = RebuildOptions {
-                        fence: Some(fence.clone()),
-                        edges: opts.edges.clone(),
-                        ..RebuildOptions::full()
-                    }
-                    .trigger(Trigger::ChangeStream);
-                    let progress = Progress::hidden();
-                    metrics.rebuild();
-                    tokio::select! {
-                        _ = &mut shutdown => return Ok(()),
-                        result = rebuild_with_retries(cfg, &opts, &progress, 3) => { result?; }
-                    }
+            // Loading the state (and the rebuild before it) meets the same
+            // servers as streaming does: what fails there is judged like a
+            // failed batch, so a MongoDB or Redis that is restarting leads
+            // to a reopen (or a rebuild, without tokens) after the backoff,
+            // not to the end of the watcher. `Ok(false)`: shut down.
+            let prepared: Result<bool, WatchError> = async {
+                if all_open && let Some((kept, _)) = state.as_mut().filter(|_| !metrics.is_streaming()) {
+                    // Resumed with a kept state: no collection is read again.
+                    // A job may have written newer values meanwhile (serve
+                    // recorded which keys it left), so until the streams pass
+                    // now, what the watcher writes stays pending, as after a
+                    // load.
+                    kept.dirty.extend(&state::Scopes::from_members(sink.members(&status.cdc_pending()).await?));
+                    kept.deferred.extend(sink.members(&status.cdc_deferred()).await?);
+                    kept.catching_up = true;
+                    // The job may have rewritten catalogue keys this state
+                    // knows: the next catalogue change checks all of them.
+                    kept.catalog_unsure = true;
+                    catch_up = CatchUp::until(source.cluster_time().await?);
+                    tracing::info!(videos = kept.video_count(), "watcher state kept; streaming from its tokens");
+                    metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
                 }
-                let loading = Instant::now();
-                // What the cache holds of the scoped and catalogue keys
-                // (catalogue contents unknown), scanned while the state
-                // loads: the state may already be newer than what was
-                // written (changes after the rebuild read, or while this
-                // process was down), and a delete replayed from the
-                // tokens must find the keys to remove.
-                let (loaded, existing) = tokio::join!(load_state(&source, &mongo), existing_keys(&sink, &ctx));
-                let mut loaded = loaded?;
-                // Everything up to now may be in the loaded documents.
-                let loaded_at = source.cluster_time().await?;
-                loaded.existing = existing?;
-                loaded.dirty = state::Scopes::from_members(sink.members(&status.cdc_pending()).await?);
-                loaded.deferred = sink.members(&status.cdc_deferred()).await?.into_iter().collect();
-                let run_id = sink.run_id().await?;
-                tracing::info!(
-                    videos = loaded.video_count(),
-                    tracked_keys = loaded.existing.len(),
-                    scope_members = loaded.member_entries(),
-                    video_state_mib = loaded.video_footprint() as f64 / 1048576.0,
-                    load_ms = loading.elapsed().as_millis() as u64,
-                    db = %cfg.mongodb_db,
-                    "watcher state loaded; streaming"
-                );
-                metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
-                tracing::debug!(loaded_at = ?loaded_at, "catching up with the load");
-                catch_up = CatchUp::until(loaded_at);
-                state = Some((loaded, run_id));
+                if all_open && state.is_none() {
+                    if fresh {
+                        let reason = rebuild_reason.take().unwrap_or_else(|| "no saved resume tokens".into());
+                        tracing::info!(reason = %reason, "streams open; running a full rebuild before applying changes");
+                        let opts = RebuildOptions {
+                            fence: Some(fence.clone()),
+                            edges: opts.edges.clone(),
+                            ..RebuildOptions::full()
+                        }
+                        .trigger(Trigger::ChangeStream);
+                        let progress = Progress::hidden();
+                        metrics.rebuild();
+                        tokio::select! {
+                            _ = &mut shutdown => return Ok(false),
+                            result = rebuild_with_retries(cfg, &opts, &progress, 3) => { result?; }
+                        }
+                    }
+                    let loading = Instant::now();
+                    // What the cache holds of the scoped and catalogue keys
+                    // (catalogue contents unknown), scanned while the state
+                    // loads: the state may already be newer than what was
+                    // written (changes after the rebuild read, or while this
+                    // process was down), and a delete replayed from the
+                    // tokens must find the keys to remove.
+                    let (loaded, existing) = tokio::join!(load_state(&source, &mongo), existing_keys(&sink, &ctx));
+                    let mut loaded = loaded?;
+                    // Everything up to now may be in the loaded documents.
+                    let loaded_at = source.cluster_time().await?;
+                    loaded.existing = existing?;
+                    loaded.dirty = state::Scopes::from_members(sink.members(&status.cdc_pending()).await?);
+                    loaded.deferred = sink.members(&status.cdc_deferred()).await?.into_iter().collect();
+                    let run_id = sink.run_id().await?;
+                    tracing::info!(
+                        videos = loaded.video_count(),
+                        tracked_keys = loaded.existing.len(),
+                        scope_members = loaded.member_entries(),
+                        video_state_mib = loaded.video_footprint() as f64 / 1048576.0,
+                        load_ms = loading.elapsed().as_millis() as u64,
+                        db = %cfg.mongodb_db,
+                        "watcher state loaded; streaming"
+                    );
+                    metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!(loaded_at = ?loaded_at, "catching up with the load");
+                    catch_up = CatchUp::until(loaded_at);
+                    state = Some((loaded, run_id));
+                }
+                Ok(true)
             }
-            let outcome = match state.as_mut() {
-                Some((state, run_id)) => {
+            .await;
+            let outcome = match (prepared, state.as_mut()) {
+                (Ok(false), _) => return Ok(()),
+                (Err(err), _) => Err(err),
+                (Ok(true), Some((state, run_id))) => {
                     let engine = Engine {
                         names: &cfg.collections,
                         write_concurrency: cfg.write_concurrency,
@@ -324,7 +335,7 @@ pub async fn run_fenced(
                 }
                 // A stream failed to open before anything was loaded; its
                 // error is in the channel.
-                None => first_failure(&cfg.collections, &mut rx).await,
+                (Ok(true), None) => first_failure(&cfg.collections, &mut rx).await,
             };
             drop(tasks);
             match restart::decide(outcome, &starts)? {

@@ -26,7 +26,8 @@ pub enum Next {
     Rebuild(String),
 }
 
-/// Decides from the engine's outcome and the streams' start points.
+/// Decides from the engine's outcome (or the load's, or the rebuild's
+/// before it) and the streams' start points.
 /// Redis and MongoDB trouble mid-batch reopens from the saved tokens (the
 /// batch was taken back, and nothing was saved for it), as does a key
 /// that drifted from what the watcher knew (its replay writes the key
@@ -45,6 +46,10 @@ pub fn decide(outcome: Result<Option<Restart>, WatchError>, starts: &[StartAt]) 
         Err(WatchError::Source(err)) if err.is_retriable() => {
             Some(format!("mongodb failed while applying changes: {err}"))
         }
+        // The rebuild ran out of its own attempts on trouble that passes
+        // (a server restarting): the watcher goes on trying, paced by the
+        // streams' reopening, rather than ending.
+        Err(WatchError::Rebuild(err)) if err.is_retriable() => Some(format!("the rebuild failed: {err}")),
         Err(err) => return Err(err),
     };
     if starts.iter().any(|s| matches!(s, StartAt::Now)) {
@@ -56,6 +61,7 @@ pub fn decide(outcome: Result<Option<Restart>, WatchError>, starts: &[StartAt]) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rebuild::RunError;
     use crate::sink::SinkError;
 
     fn token() -> StartAt {
@@ -97,6 +103,18 @@ mod tests {
         assert!(
             matches!(decide(Ok(Some(Restart::Reopen)), &starts).unwrap(), Next::Rebuild(why) if why.contains("first resume token"))
         );
+    }
+
+    #[test]
+    fn a_rebuild_that_failed_on_passing_trouble_is_tried_again() {
+        let refused = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let passing = WatchError::Rebuild(RunError::Sink(SinkError::Write { attempts: 3, source: refused }));
+        let why = "no saved resume tokens";
+        assert!(
+            matches!(decide(Err(passing), &[StartAt::Now]).unwrap(), Next::Rebuild(r) if r.contains("before its first"))
+        );
+        let refused = WatchError::Rebuild(RunError::Internal(why.into()));
+        assert!(decide(Err(refused), &[StartAt::Now]).is_err(), "a rebuild that cannot pass ends the watcher");
     }
 
     #[test]

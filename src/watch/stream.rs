@@ -13,6 +13,18 @@ use tokio::sync::mpsc;
 /// How long opening a stream may take.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a `ping` may take to show the server answers, after a stream
+/// did not open in time.
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long one read of an open stream may take. The server answers each
+/// `getMore` within the stream's await time (500 ms) even when nothing
+/// changed, so silence this long means the connection or the server is
+/// stalled (a paused process, a network that drops packets without a
+/// reset): the stream is reopened from its token rather than waited on
+/// forever.
+const READ_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// Where a stream starts.
 #[derive(Debug, Clone)]
 pub enum StartAt {
@@ -97,7 +109,16 @@ pub async fn follow(
         Err(_) => {
             let what = if resuming { " from its resume token" } else { "" };
             let reason = format!("change stream on {name} did not open{what} within {}s", OPEN_TIMEOUT.as_secs());
-            let _ = tx.send(Item::Unresumable(coll, reason)).await;
+            // Only a server that answers can be said to refuse the token:
+            // one that is down or stalled (a restart slower than the
+            // limit) is reopened from the same token later, not rebuilt.
+            let item = match answers(&db).await {
+                Ok(()) => Item::Unresumable(coll, reason),
+                Err(why) => {
+                    Item::Failed(coll, mongodb::error::Error::custom(format!("{reason}, and the server {why}")))
+                }
+            };
+            let _ = tx.send(item).await;
             return;
         }
     };
@@ -116,7 +137,12 @@ pub async fn follow(
     // watcher reads "idle" as "nothing older left to deliver").
     let mut last_idle = Instant::now();
     loop {
-        match stream.next_if_any().await {
+        let Ok(next) = tokio::time::timeout(READ_TIMEOUT, stream.next_if_any()).await else {
+            let why = format!("change stream on {name} got no answer within {}s", READ_TIMEOUT.as_secs());
+            let _ = tx.send(Item::Failed(coll, mongodb::error::Error::custom(why))).await;
+            return;
+        };
+        match next {
             Ok(Some(event)) => {
                 tracing::trace!(collection = %name, op = ?event.operation_type, "change event");
                 if tx.send(Item::Event(coll, Box::new(event), Instant::now())).await.is_err() {
@@ -188,6 +214,15 @@ pub async fn follow(
     }
 }
 
+/// Whether the server answers a `ping` in time; if not, why.
+async fn answers(db: &mongodb::Database) -> Result<(), String> {
+    match tokio::time::timeout(PING_TIMEOUT, db.run_command(mongodb::bson::doc! { "ping": 1 })).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(err)) => Err(format!("did not answer a ping: {err}")),
+        Err(_) => Err(format!("did not answer a ping within {}s", PING_TIMEOUT.as_secs())),
+    }
+}
+
 /// Reads the one event after `after` with only its identity (no document,
 /// no update description), so that an event too large or not decodable
 /// whole still gives its document's `_id` and its resume token.
@@ -206,10 +241,14 @@ async fn skip_one(
         opened.map_err(|e| format!("reopening to skip an unusable event failed: {e}"))?.with_type::<RawDocumentBuf>();
     let deadline = Instant::now() + OPEN_TIMEOUT;
     while Instant::now() < deadline {
-        let event = slim
-            .next_if_any()
-            .await
-            .map_err(|e| format!("an unusable change event could not be skipped: {e} (first: {reason})"))?;
+        // Bounded like every read: a silent server ends the skip too.
+        let Ok(read) =
+            tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), slim.next_if_any()).await
+        else {
+            break;
+        };
+        let event =
+            read.map_err(|e| format!("an unusable change event could not be skipped: {e} (first: {reason})"))?;
         let Some(event) = event else { continue };
         let token = event
             .get("_id")

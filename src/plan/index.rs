@@ -12,12 +12,13 @@
 //! operations at once. The sweep asks the index which per-video keys the
 //! run produced instead of keeping a digest of each.
 
-use super::video::{distinct, plan_detail, resolve};
+use super::video::plan_detail;
 use super::{Op, PlanCtx, Value};
 use crate::model::catalog::Catalog;
 use crate::model::compact::{Wid, WidRef};
 use crate::model::report::RefReport;
 use crate::model::video::VideoDoc;
+use crate::model::video::{SITE_CATEGORY_IDS, SITE_TAG_IDS};
 use crate::registry::{FamilyId, HomeSectionKind};
 use hashbrown::HashTable;
 use rayon::prelude::*;
@@ -52,19 +53,44 @@ pub type Resolved = Vec<u32>;
 /// index families read them: its distinct active categories in stored
 /// order, and its distinct active tags whose active category is one of
 /// them. Dangling references are counted into `refs`.
+///
+/// Runs once per video of a rebuild, so it allocates only its answer: the
+/// repeats are found in the id lists themselves (a handful of ids each),
+/// and a tag's category is matched by its id against the video's own
+/// active category ids instead of being looked up again.
 pub fn resolve_refs(video: &VideoDoc, catalog: &Catalog, refs: &mut RefReport) -> Resolved {
-    let cats =
-        distinct(video.category_ids.iter().map(String::as_str)).into_iter().map(|c| catalog.active_category_index(c));
-    let tags = distinct(video.tag_ids.iter().map(String::as_str))
-        .into_iter()
-        .map(|t| catalog.active_tag_index(t).map(|t| (t, catalog.active_category_index(&catalog.tags[t].category_id))));
-    let (mut out_cats, mut out_tags) = (Vec::new(), Vec::new());
-    resolve(cats, tags, refs, &mut out_cats, &mut out_tags);
-    let mut out = Vec::with_capacity(2 + out_cats.len() + out_tags.len());
-    out.push(out_cats.len() as u32);
-    out.extend(out_cats.iter().map(|&c| c as u32));
-    out.push(out_tags.len() as u32);
-    out.extend(out_tags.iter().map(|&t| t as u32));
+    let (cat_ids, tag_ids) = (&video.category_ids, &video.tag_ids);
+    let mut out = Vec::with_capacity(2 + cat_ids.len() + tag_ids.len());
+    out.push(0);
+    for (i, id) in cat_ids.iter().enumerate() {
+        if cat_ids[..i].contains(id) {
+            continue;
+        }
+        match catalog.active_category_index(id) {
+            Some(c) => out.push(c as u32),
+            None => refs.dangling(SITE_CATEGORY_IDS, 1),
+        }
+    }
+    let cats = out.len() - 1;
+    out[0] = cats as u32;
+    out.push(0);
+    for (i, id) in tag_ids.iter().enumerate() {
+        if tag_ids[..i].contains(id) {
+            continue;
+        }
+        match catalog.active_tag_index(id) {
+            // An id names one category, so the tag's category is one of the
+            // video's active ones exactly when its id is one of theirs.
+            Some(t)
+                if out[1..=cats].iter().any(|&c| catalog.categories[c as usize].id == catalog.tags[t].category_id) =>
+            {
+                out.push(t as u32)
+            }
+            Some(_) => {}
+            None => refs.dangling(SITE_TAG_IDS, 1),
+        }
+    }
+    out[cats + 1] = (out.len() - cats - 2) as u32;
     out
 }
 
@@ -344,6 +370,62 @@ impl VideoTable {
 mod tests {
     use super::*;
     use crate::plan::order::newest_first;
+
+    /// The references as the watcher resolves them (`video::resolve` over
+    /// the distinct ids, every tag's category looked up): the rebuild's
+    /// allocation-free path must agree, dangling counts included.
+    #[test]
+    fn references_resolve_as_the_shared_rule_says() {
+        use crate::plan::video::{distinct, resolve};
+        use mongodb::bson::{doc, rawdoc};
+        let categories: Vec<_> = (0..6)
+            .map(|c| {
+                mongodb::bson::RawDocumentBuf::from_document(
+                    &doc! {"_id": format!("c{c}"), "name": "n", "seq": 1, "status": c % 3},
+                )
+                .unwrap()
+            })
+            .collect();
+        let tags: Vec<_> = (0..10)
+            .map(|t| {
+                // c6 and c7 do not exist; every third tag is inactive.
+                let owner = format!("c{}", (t * 5) % 8);
+                mongodb::bson::RawDocumentBuf::from_document(&doc! {"_id": format!("t{t}"), "name": "n", "seq": 1, "status": i32::from(t % 3 != 0), "categoryId": owner}).unwrap()
+            })
+            .collect();
+        let channels = [rawdoc! {"_id": "ch", "name": "n"}];
+        let names = crate::config::Config::from_raw(crate::config::RawConfig::default()).unwrap().collections;
+        let (catalog, _, _) = crate::plan::decode::decode_catalog(&names, &channels, &categories, &tags);
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut below = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..2_000 {
+            let category_ids: Vec<String> = (0..below(6)).map(|_| format!("c{}", below(9))).collect();
+            let tag_ids: Vec<String> = (0..below(8)).map(|_| format!("t{}", below(12))).collect();
+            let video = VideoDoc { id: "v".into(), active: true, added_ms: 0, category_ids, tag_ids, detail: None };
+            let mut got_refs = RefReport::default();
+            let got = resolve_refs(&video, &catalog, &mut got_refs);
+            let mut want_refs = RefReport::default();
+            let cats = distinct(video.category_ids.iter().map(String::as_str))
+                .into_iter()
+                .map(|c| catalog.active_category_index(c));
+            let tags = distinct(video.tag_ids.iter().map(String::as_str)).into_iter().map(|t| {
+                catalog.active_tag_index(t).map(|t| (t, catalog.active_category_index(&catalog.tags[t].category_id)))
+            });
+            let (mut out_cats, mut out_tags) = (Vec::new(), Vec::new());
+            resolve(cats, tags, &mut want_refs, &mut out_cats, &mut out_tags);
+            let mut want = vec![out_cats.len() as u32];
+            want.extend(out_cats.iter().map(|&c| c as u32));
+            want.push(out_tags.len() as u32);
+            want.extend(out_tags.iter().map(|&t| t as u32));
+            assert_eq!(got, want, "{video:?}");
+            assert_eq!(got_refs.dangling, want_refs.dangling, "{video:?}");
+        }
+    }
 
     #[test]
     fn a_record_is_32_bytes() {

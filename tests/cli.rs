@@ -234,6 +234,7 @@ fn every_setting_works_as_flag_environment_and_file_key() {
             | "watch_max_lag_seconds"
             | "drift_sample_per_minute"
             | "redis_timeout_seconds"
+            | "mongodb_timeout_seconds"
             | "redis_allow_eviction"
             | "redis_cluster" => value.to_string(),
             f if f.starts_with("ttl_") => value.to_string(),

@@ -4,7 +4,7 @@
 mod common;
 
 use cachewright::progress::Progress;
-use cachewright::rebuild::{RebuildOptions, rebuild_with_retries};
+use cachewright::rebuild::{RebuildOptions, rebuild, rebuild_with_retries};
 use common::proxy::Proxy;
 use std::time::Duration;
 
@@ -113,6 +113,44 @@ async fn a_connection_cut_under_range_cursors_is_survived() {
     let err = run.await.unwrap().expect_err("the cut getMore fails the run");
     assert!(err.is_retriable(), "a lost connection is worth another run: {err}");
 
+    rebuild_with_retries(&cfg, &RebuildOptions::full(), &Progress::hidden(), 4).await.expect("the run done again");
+    common::assert_exact_at(&s.redis.url(), &cfg).await;
+}
+
+/// MongoDB stops answering mid-read without closing the connection (a
+/// paused server, a network dropping packets): a proxy in front of it
+/// holds the first `getMore` and everything after it. The driver has no
+/// socket timeout, so without a bound of its own the run would wait, and
+/// keep renewing its lease, forever. It fails instead once the read goes
+/// unanswered for `CACHEWRIGHT_MONGODB_TIMEOUT_SECONDS`, with an error
+/// that names the stall and that a retry may pass; once MongoDB answers
+/// again, the run done again leaves the cache exactly as a fresh rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_mongodb_fails_the_read_in_bounded_time() {
+    use cachewright::source::SourceError;
+    let s = common::shared();
+    let mongo_proxy = Proxy::start(s.mongo.port).await;
+    let name = common::unique("mongostall");
+    let mut cfg = common::TestEnv::named(&name).mongo(&mongo_proxy.mongo_uri()).config();
+    cfg.read_batch_size = 500;
+    cfg.mongodb_timeout_seconds = 2;
+    common::generate(&cfg, 6_000, 9).await;
+
+    mongo_proxy.stall_on(b"getMore");
+    let started = std::time::Instant::now();
+    let err =
+        rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.expect_err("a stalled read fails the run");
+    assert!(mongo_proxy.is_stalled(), "the run ended while MongoDB was still stalled");
+    assert!(
+        matches!(&err, cachewright::rebuild::RunError::Source(SourceError::Stalled { seconds: 2, .. })),
+        "the error names the stall: {err}"
+    );
+    assert!(err.is_retriable(), "a stalled connection is worth another run: {err}");
+    assert!(err.to_string().contains("CACHEWRIGHT_MONGODB_TIMEOUT_SECONDS"), "it says what to do: {err}");
+    // Bounded by the read timeout, not by the stall: well under a minute.
+    assert!(started.elapsed() < Duration::from_secs(60), "took {:?}", started.elapsed());
+
+    mongo_proxy.heal();
     rebuild_with_retries(&cfg, &RebuildOptions::full(), &Progress::hidden(), 4).await.expect("the run done again");
     common::assert_exact_at(&s.redis.url(), &cfg).await;
 }

@@ -52,6 +52,8 @@ pub struct MongoSettings {
     pub collections: Collections,
     pub read_batch_size: u32,
     pub read_cursors: usize,
+    /// How long one read may go unanswered (see [`crate::source::Source`]).
+    pub read_timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for MongoSettings {
@@ -91,6 +93,7 @@ impl Config {
             collections: self.collections.clone(),
             read_batch_size: self.read_batch_size,
             read_cursors: self.read_cursors,
+            read_timeout: std::time::Duration::from_secs(self.mongodb_timeout_seconds),
         }
     }
 }

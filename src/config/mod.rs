@@ -133,6 +133,8 @@ pub struct Config {
     pub redis_sentinel_master: String,
     /// How long a Redis request on one node may go unanswered.
     pub redis_timeout_seconds: u64,
+    /// How long one MongoDB read may go unanswered.
+    pub mongodb_timeout_seconds: u64,
     /// Write even under an `allkeys-*` eviction policy (see `sink::acl`).
     pub redis_allow_eviction: bool,
 }
@@ -443,6 +445,7 @@ impl Config {
             redis_sentinels,
             redis_sentinel_master: raw.redis_sentinel_master.unwrap_or_else(|| "mymaster".into()),
             redis_timeout_seconds: positive(raw.redis_timeout_seconds, "CACHEWRIGHT_REDIS_TIMEOUT_SECONDS")?,
+            mongodb_timeout_seconds: positive(raw.mongodb_timeout_seconds, "CACHEWRIGHT_MONGODB_TIMEOUT_SECONDS")?,
             redis_cluster_nodes,
             prefix,
             status_prefix,

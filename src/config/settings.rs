@@ -219,6 +219,11 @@ settings! {
         env: "MONGODB_DB", key: "mongodb_db", default: "app", shown: "",
         help: "MongoDB database", hint: "use a plain database name such as app",
     }
+    mongodb_timeout_seconds: u64 {
+        env: "CACHEWRIGHT_MONGODB_TIMEOUT_SECONDS", key: "mongodb_timeout_seconds", default: "60", shown: "",
+        help: "How long one MongoDB read (a cursor's next batch) may go unanswered before it counts as failed: a stalled server or a network that drops packets then fails the run (retried, like any passing trouble) instead of holding it and its lease forever",
+        hint: "use whole seconds such as 60",
+    }
     redis_url: String {
         env: "REDIS_URL", key: "redis_url", default: "redis://127.0.0.1:6379", shown: "",
         help: "Redis URL; rediss:// for TLS; password in the URL or in REDIS_PASSWORD",

@@ -32,6 +32,11 @@ pub enum SourceError {
     },
     #[error("reading MongoDB collection {collection} failed: the server's reply is malformed ({reason})")]
     Reply { collection: String, reason: &'static str },
+    #[error(
+        "reading MongoDB collection {collection} failed: no answer within {seconds}s (a stalled server or network; \
+         check that MongoDB answers, or raise CACHEWRIGHT_MONGODB_TIMEOUT_SECONDS for a slow one)"
+    )]
+    Stalled { collection: String, seconds: u64 },
 }
 
 /// Server error codes a restart, a fail-over or a network cut produces:
@@ -71,6 +76,8 @@ impl SourceError {
             SourceError::Read { source, .. } => source,
             // What the server sent would be sent again.
             SourceError::Reply { .. } => return false,
+            // The next try gets a new connection.
+            SourceError::Stalled { .. } => return true,
         };
         is_retriable(source)
     }
@@ -80,6 +87,11 @@ impl SourceError {
 #[derive(Clone)]
 pub struct Source {
     db: Database,
+    /// How long one read may go unanswered. The driver has no socket
+    /// timeout, and a server that stops answering without closing the
+    /// connection (a paused process, a network dropping packets) would
+    /// otherwise hold a run, and the lease it keeps renewing, forever.
+    read_timeout: Duration,
 }
 
 fn connect_error(settings: &MongoSettings, cause: mongodb::error::Error) -> SourceError {
@@ -106,7 +118,21 @@ impl Source {
         let client = Client::with_options(options).map_err(connect_err)?;
         let db = client.database(&settings.db);
         db.run_command(doc! { "ping": 1 }).await.map_err(connect_err)?;
-        Ok(Source { db })
+        Ok(Source { db, read_timeout: settings.read_timeout })
+    }
+
+    /// Runs one read of `collection` within the read timeout.
+    pub async fn bounded<T>(
+        &self,
+        collection: &str,
+        read: impl std::future::IntoFuture<Output = Result<T, mongodb::error::Error>>,
+    ) -> Result<T, SourceError> {
+        match tokio::time::timeout(self.read_timeout, read.into_future()).await {
+            Ok(result) => result.map_err(|source| read_error(collection, source)),
+            Err(_) => {
+                Err(SourceError::Stalled { collection: collection.to_string(), seconds: self.read_timeout.as_secs() })
+            }
+        }
     }
 
     pub fn database(&self) -> &Database {
@@ -122,18 +148,18 @@ impl Source {
         filter: Document,
         batch_size: u32,
     ) -> Result<Cursor<RawDocumentBuf>, SourceError> {
-        self.db
-            .collection::<RawDocumentBuf>(collection)
-            .find(filter)
-            .batch_size(batch_size)
+        self.bounded(collection, self.db.collection::<RawDocumentBuf>(collection).find(filter).batch_size(batch_size))
             .await
-            .map_err(|source| read_error(collection, source))
     }
 
     /// Reads a whole (small) collection.
     pub async fn read_all(&self, collection: &str, batch_size: u32) -> Result<Vec<RawDocumentBuf>, SourceError> {
-        let cursor = self.scan(collection, doc! {}, batch_size).await?;
-        cursor.try_collect().await.map_err(|source| read_error(collection, source))
+        let mut cursor = self.scan(collection, doc! {}, batch_size).await?;
+        let mut all = Vec::new();
+        while let Some(doc) = self.bounded(collection, cursor.try_next()).await? {
+            all.push(doc);
+        }
+        Ok(all)
     }
 
     /// Decides how to read the video collection with `cursors` cursors
@@ -153,9 +179,11 @@ impl Source {
                 .sort(doc! { "_id": direction })
                 .projection(doc! { "_id": 1 })
         };
-        let (lookalike, lo, hi) =
-            tokio::try_join!(lookalike.into_future(), end(1).into_future(), end(-1).into_future())
-                .map_err(|source| read_error(collection, source))?;
+        let (lookalike, lo, hi) = self
+            .bounded(collection, async {
+                tokio::try_join!(lookalike.into_future(), end(1).into_future(), end(-1).into_future())
+            })
+            .await?;
         if lookalike.is_some() {
             return Ok(VideoRead::Natural("a string _id looks like an ObjectId, so natural order decides repeats"));
         }
@@ -207,10 +235,9 @@ impl Source {
         tx: tokio::sync::mpsc::Sender<RawChunk>,
     ) -> Result<(), SourceError> {
         let coll = self.db.collection::<RawDocumentBuf>(collection);
-        let find = coll.find(filter).batch_size(batch_size).batch();
-        let mut cursor = find.await.map_err(|source| read_error(collection, source))?;
+        let mut cursor = self.bounded(collection, coll.find(filter).batch_size(batch_size).batch()).await?;
         let mut filling = RawChunk::default();
-        while let Some(reply) = cursor.try_next().await.map_err(|source| read_error(collection, source))? {
+        while let Some(reply) = self.bounded(collection, cursor.try_next()).await? {
             filling.push(reply, collection)?;
             if filling.len() >= chunk && tx.send(std::mem::take(&mut filling)).await.is_err() {
                 return Ok(());
@@ -251,22 +278,15 @@ impl Source {
 
     /// The collection's size from its metadata, for progress bars.
     pub async fn estimated_count(&self, collection: &str) -> u64 {
-        self.db.collection::<RawDocumentBuf>(collection).estimated_document_count().await.unwrap_or(0)
+        let coll = self.db.collection::<RawDocumentBuf>(collection);
+        self.bounded(collection, coll.estimated_document_count()).await.unwrap_or(0)
     }
 
     /// MongoDB's current cluster time (the `operationTime` of a ping): a
     /// change stream started at it misses nothing read after it.
     pub async fn cluster_time(&self) -> Result<mongodb::bson::Timestamp, SourceError> {
-        let reply = self.db.run_command(doc! { "ping": 1 }).await.map_err(|source| read_error("(ping)", source))?;
+        let reply = self.bounded("(ping)", self.db.run_command(doc! { "ping": 1 })).await?;
         Ok(reply.get_timestamp("operationTime").unwrap_or(mongodb::bson::Timestamp { time: 0, increment: 0 }))
-    }
-
-    /// Pulls the next document, mapping errors to this edge.
-    pub async fn next(
-        cursor: &mut Cursor<RawDocumentBuf>,
-        collection: &str,
-    ) -> Result<Option<RawDocumentBuf>, SourceError> {
-        cursor.try_next().await.map_err(|source| read_error(collection, source))
     }
 }
 

@@ -174,13 +174,8 @@ impl Engine<'_> {
     /// event names it, the collection says what it is now.
     async fn look_up(&self, coll: Coll, id: mongodb::bson::Bson) -> Result<Event, WatchError> {
         let name = coll.name(self.names);
-        let found = self
-            .source
-            .database()
-            .collection::<mongodb::bson::RawDocumentBuf>(name)
-            .find_one(mongodb::bson::doc! { "_id": id.clone() })
-            .await
-            .map_err(|source| SourceError::Read { collection: name.to_string(), source })?;
+        let collection = self.source.database().collection::<mongodb::bson::RawDocumentBuf>(name);
+        let found = self.source.bounded(name, collection.find_one(mongodb::bson::doc! { "_id": id.clone() })).await?;
         Ok(match found {
             Some(doc) => Event::Upsert { coll, key: id_key(&id), raw_id: id, doc },
             None => Event::Remove { coll, key: id_key(&id), raw_id: id },
@@ -391,15 +386,9 @@ impl Engine<'_> {
             return Ok(out);
         }
         let name = Coll::Video.name(self.names);
-        let read = |source| SourceError::Read { collection: name.to_string(), source };
-        let mut cursor = self
-            .source
-            .database()
-            .collection::<mongodb::bson::RawDocumentBuf>(name)
-            .find(mongodb::bson::doc! { "_id": { "$in": ids } })
-            .await
-            .map_err(read)?;
-        while let Some(doc) = cursor.try_next().await.map_err(read)? {
+        let coll = self.source.database().collection::<mongodb::bson::RawDocumentBuf>(name);
+        let mut cursor = self.source.bounded(name, coll.find(mongodb::bson::doc! { "_id": { "$in": ids } })).await?;
+        while let Some(doc) = self.source.bounded(name, cursor.try_next()).await? {
             if let Some(key) = model::raw_id_key(&doc) {
                 out.insert(key, doc);
             }

@@ -2,6 +2,7 @@
 //! cache holds of the tracked keys, and the saved resume tokens.
 
 use super::WatchError;
+use super::batch::CatchUp;
 use super::model::Coll;
 use super::state::{self, State};
 use crate::config::{Collections, MongoSettings};
@@ -13,11 +14,71 @@ use mongodb::change_stream::event::ResumeToken;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
+/// Takes up a state kept across a pause (serve's scheduled jobs): no
+/// collection is read again. A job may have written newer values
+/// meanwhile (serve recorded which keys it left), so until the streams
+/// pass now, what the watcher writes stays pending, as after a load; and
+/// the job may have rewritten catalogue keys this state knows, so the
+/// next catalogue change checks all of them. Gives the catch-up to reach.
+pub(super) async fn resume_kept(
+    kept: &mut State,
+    sink: &Sink,
+    status: &StatusKeys,
+    source: &Source,
+) -> Result<CatchUp, WatchError> {
+    take_left_over(kept, sink, status).await?;
+    kept.catching_up = true;
+    kept.catalog_unsure = true;
+    let catch_up = CatchUp::until(source.cluster_time().await?);
+    tracing::info!(videos = kept.video_count(), "watcher state kept; streaming from its tokens");
+    Ok(catch_up)
+}
+
+/// Loads the state and, meanwhile, what the cache holds of the scoped
+/// and catalogue keys (catalogue contents unknown): the state may already
+/// be newer than what was written (changes after the rebuild read, or
+/// while this process was down), and a delete replayed from the tokens
+/// must find the keys to remove. Gives the state, Redis's run id, and the
+/// cluster time up to which the loaded documents may reach.
+pub(super) async fn load_beside_cache(
+    sink: &Sink,
+    source: &Source,
+    status: &StatusKeys,
+    mongo: &MongoSettings,
+    ctx: &PlanCtx,
+) -> Result<(State, String, mongodb::bson::Timestamp), WatchError> {
+    let loading = std::time::Instant::now();
+    let (loaded, existing) = tokio::join!(load_state(source, mongo), existing_keys(sink, ctx));
+    let mut loaded = loaded?;
+    let loaded_at = source.cluster_time().await?;
+    loaded.existing = existing?;
+    take_left_over(&mut loaded, sink, status).await?;
+    let run_id = sink.run_id().await?;
+    tracing::info!(
+        videos = loaded.video_count(),
+        tracked_keys = loaded.existing.len(),
+        scope_members = loaded.member_entries(),
+        video_state_mib = loaded.video_footprint() as f64 / 1048576.0,
+        load_ms = loading.elapsed().as_millis() as u64,
+        db = %mongo.db,
+        "watcher state loaded; streaming"
+    );
+    Ok((loaded, run_id, loaded_at))
+}
+
+/// Adds what an earlier batch or job left unfinished: the scopes pending
+/// in `cdc:pending` and the keys deferred in `cdc:deferred`.
+async fn take_left_over(state: &mut State, sink: &Sink, status: &StatusKeys) -> Result<(), WatchError> {
+    state.dirty.extend(&state::Scopes::from_members(sink.members(&status.cdc_pending()).await?));
+    state.deferred.extend(sink.members(&status.cdc_deferred()).await?);
+    Ok(())
+}
+
 /// Loads the state: the catalogue whole, then the videos streamed in
 /// chunks. The cursor fills the next chunk while the previous ones are
 /// decoded and filed, so the raw documents in memory are a few chunks,
 /// never the collection.
-pub(super) async fn load_state(source: &Source, mongo: &MongoSettings) -> Result<State, WatchError> {
+async fn load_state(source: &Source, mongo: &MongoSettings) -> Result<State, WatchError> {
     const CHUNK: usize = 2048;
     let (c, batch) = (&mongo.collections, mongo.read_batch_size);
     let (channels, categories, tags) = tokio::try_join!(
@@ -91,7 +152,7 @@ pub(super) async fn load_state(source: &Source, mongo: &MongoSettings) -> Result
 
 /// The scoped and catalogue keys the cache holds (not the per-video
 /// ones): one SCAN, memory bounded by the catalogue.
-pub(super) async fn existing_keys(sink: &Sink, ctx: &PlanCtx) -> Result<state::Existing, WatchError> {
+async fn existing_keys(sink: &Sink, ctx: &PlanCtx) -> Result<state::Existing, WatchError> {
     let found = sink.scan_existing(&ctx.keys, state::tracked_families()).await?;
     let mut existing = state::Existing::default();
     for (_, key) in found.keys {

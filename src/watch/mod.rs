@@ -53,7 +53,7 @@ use crate::source::{Source, SourceError};
 use crate::status::Trigger;
 use batch::CatchUp;
 use engine::Engine;
-use load::{clear_tokens, existing_keys, load_state, load_tokens};
+use load::{clear_tokens, load_beside_cache, load_tokens, resume_kept};
 use model::Coll;
 use restart::{Next, Restart};
 use state::State;
@@ -232,14 +232,7 @@ pub async fn run_fenced(
                     let name = coll.name(&cfg.collections).to_string();
                     let (open_tx, open_rx) = tokio::sync::oneshot::channel();
                     opened.push(open_rx);
-                    crate::tasks::spawn(stream::follow(
-                        source.database().clone(),
-                        *coll,
-                        name,
-                        start,
-                        tx.clone(),
-                        open_tx,
-                    ))
+                    crate::tasks::spawn(stream::follow(source.clone(), *coll, name, start, tx.clone(), open_tx))
                 })
                 .collect();
             drop(tx);
@@ -251,19 +244,7 @@ pub async fn run_fenced(
             // not to the end of the watcher. `Ok(false)`: shut down.
             let prepared: Result<bool, WatchError> = async {
                 if all_open && let Some((kept, _)) = state.as_mut().filter(|_| !metrics.is_streaming()) {
-                    // Resumed with a kept state: no collection is read again.
-                    // A job may have written newer values meanwhile (serve
-                    // recorded which keys it left), so until the streams pass
-                    // now, what the watcher writes stays pending, as after a
-                    // load.
-                    kept.dirty.extend(&state::Scopes::from_members(sink.members(&status.cdc_pending()).await?));
-                    kept.deferred.extend(sink.members(&status.cdc_deferred()).await?);
-                    kept.catching_up = true;
-                    // The job may have rewritten catalogue keys this state
-                    // knows: the next catalogue change checks all of them.
-                    kept.catalog_unsure = true;
-                    catch_up = CatchUp::until(source.cluster_time().await?);
-                    tracing::info!(videos = kept.video_count(), "watcher state kept; streaming from its tokens");
+                    catch_up = resume_kept(kept, &sink, &status, &source).await?;
                     metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
                 }
                 if all_open && state.is_none() {
@@ -283,30 +264,7 @@ pub async fn run_fenced(
                             result = rebuild_with_retries(cfg, &opts, &progress, 3) => { result?; }
                         }
                     }
-                    let loading = Instant::now();
-                    // What the cache holds of the scoped and catalogue keys
-                    // (catalogue contents unknown), scanned while the state
-                    // loads: the state may already be newer than what was
-                    // written (changes after the rebuild read, or while this
-                    // process was down), and a delete replayed from the
-                    // tokens must find the keys to remove.
-                    let (loaded, existing) = tokio::join!(load_state(&source, &mongo), existing_keys(&sink, &ctx));
-                    let mut loaded = loaded?;
-                    // Everything up to now may be in the loaded documents.
-                    let loaded_at = source.cluster_time().await?;
-                    loaded.existing = existing?;
-                    loaded.dirty = state::Scopes::from_members(sink.members(&status.cdc_pending()).await?);
-                    loaded.deferred = sink.members(&status.cdc_deferred()).await?.into_iter().collect();
-                    let run_id = sink.run_id().await?;
-                    tracing::info!(
-                        videos = loaded.video_count(),
-                        tracked_keys = loaded.existing.len(),
-                        scope_members = loaded.member_entries(),
-                        video_state_mib = loaded.video_footprint() as f64 / 1048576.0,
-                        load_ms = loading.elapsed().as_millis() as u64,
-                        db = %cfg.mongodb_db,
-                        "watcher state loaded; streaming"
-                    );
+                    let (loaded, run_id, loaded_at) = load_beside_cache(&sink, &source, &status, &mongo, &ctx).await?;
                     metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
                     tracing::debug!(loaded_at = ?loaded_at, "catching up with the load");
                     catch_up = CatchUp::until(loaded_at);

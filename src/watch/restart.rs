@@ -109,11 +109,10 @@ mod tests {
     fn a_rebuild_that_failed_on_passing_trouble_is_tried_again() {
         let refused = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         let passing = WatchError::Rebuild(RunError::Sink(SinkError::Write { attempts: 3, source: refused }));
-        let why = "no saved resume tokens";
         assert!(
             matches!(decide(Err(passing), &[StartAt::Now]).unwrap(), Next::Rebuild(r) if r.contains("before its first"))
         );
-        let refused = WatchError::Rebuild(RunError::Internal(why.into()));
+        let refused = WatchError::Rebuild(RunError::Internal("a planning task panicked".into()));
         assert!(decide(Err(refused), &[StartAt::Now]).is_err(), "a rebuild that cannot pass ends the watcher");
     }
 

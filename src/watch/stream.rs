@@ -83,14 +83,14 @@ pub fn poison_reason(err: &mongodb::error::Error) -> &'static str {
 /// Opens one stream and forwards its items until it fails or `tx` closes.
 /// `opened` is told once the stream is open (dropped unsent if it fails).
 pub async fn follow(
-    db: mongodb::Database,
+    source: crate::source::Source,
     coll: Coll,
     name: String,
     start: StartAt,
     tx: mpsc::Sender<Item>,
     opened: tokio::sync::oneshot::Sender<()>,
 ) {
-    let collection = db.collection::<RawDocumentBuf>(&name);
+    let collection = source.database().collection::<RawDocumentBuf>(&name);
     let watch =
         collection.watch().full_document(FullDocumentType::UpdateLookup).max_await_time(Duration::from_millis(500));
     let resuming = matches!(start, StartAt::Token(_));
@@ -112,11 +112,16 @@ pub async fn follow(
             // Only a server that answers can be said to refuse the token:
             // one that is down or stalled (a restart slower than the
             // limit) is reopened from the same token later, not rebuilt.
-            let item = match answers(&db).await {
-                Ok(()) => Item::Unresumable(coll, reason),
-                Err(why) => {
-                    Item::Failed(coll, mongodb::error::Error::custom(format!("{reason}, and the server {why}")))
-                }
+            let item = match tokio::time::timeout(PING_TIMEOUT, source.cluster_time()).await {
+                Ok(Ok(_)) => Item::Unresumable(coll, reason),
+                Ok(Err(err)) => Item::Failed(coll, mongodb::error::Error::custom(format!("{reason}; then {err}"))),
+                Err(_) => Item::Failed(
+                    coll,
+                    mongodb::error::Error::custom(format!(
+                        "{reason}, and the server did not answer a ping within {}s",
+                        PING_TIMEOUT.as_secs()
+                    )),
+                ),
             };
             let _ = tx.send(item).await;
             return;
@@ -211,15 +216,6 @@ pub async fn follow(
                 };
             }
         }
-    }
-}
-
-/// Whether the server answers a `ping` in time; if not, why.
-async fn answers(db: &mongodb::Database) -> Result<(), String> {
-    match tokio::time::timeout(PING_TIMEOUT, db.run_command(mongodb::bson::doc! { "ping": 1 })).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(err)) => Err(format!("did not answer a ping: {err}")),
-        Err(_) => Err(format!("did not answer a ping within {}s", PING_TIMEOUT.as_secs())),
     }
 }
 

@@ -90,31 +90,65 @@ const JS_DATE_LIMIT_MS: i64 = 8_640_000_000_000_000;
 /// Appends a date as `Date.prototype.toJSON` does: ISO-8601 UTC with
 /// milliseconds, six-digit signed years outside 0..=9999, and `null` for
 /// times a JavaScript Date cannot hold.
+///
+/// The digits are placed in a fixed buffer: a video carries a few dates,
+/// and `write!` with padded fields cost about a thousand instructions a
+/// date, 3.5% of a rebuild's.
 pub fn write_date(out: &mut String, ms: i64) {
-    use std::fmt::Write;
     if !(-JS_DATE_LIMIT_MS..=JS_DATE_LIMIT_MS).contains(&ms) {
         out.push_str("null");
         return;
     }
     let days = ms.div_euclid(86_400_000);
-    let in_day = ms.rem_euclid(86_400_000);
+    let in_day = ms.rem_euclid(86_400_000) as u64;
     let (y, m, d) = civil_from_days(days);
-    out.push('"');
+    // `"+275760-09-13T00:00:00.000Z"` is the longest: 29 bytes.
+    let mut buf = Digits { bytes: [0; 32], len: 0 };
+    buf.push(b'"');
     if (0..=9999).contains(&y) {
-        let _ = write!(out, "{y:04}");
-    } else if y < 0 {
-        let _ = write!(out, "-{:06}", -y);
+        buf.padded(y as u64, 4);
     } else {
-        let _ = write!(out, "+{y:06}");
+        buf.push(if y < 0 { b'-' } else { b'+' });
+        buf.padded(y.unsigned_abs(), 6);
     }
-    let _ = write!(
-        out,
-        "-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z\"",
-        in_day / 3_600_000,
-        in_day / 60_000 % 60,
-        in_day / 1000 % 60,
-        in_day % 1000
-    );
+    buf.push(b'-');
+    buf.padded(m.into(), 2);
+    buf.push(b'-');
+    buf.padded(d.into(), 2);
+    buf.push(b'T');
+    buf.padded(in_day / 3_600_000, 2);
+    buf.push(b':');
+    buf.padded(in_day / 60_000 % 60, 2);
+    buf.push(b':');
+    buf.padded(in_day / 1000 % 60, 2);
+    buf.push(b'.');
+    buf.padded(in_day % 1000, 3);
+    buf.push(b'Z');
+    buf.push(b'"');
+    out.push_str(std::str::from_utf8(&buf.bytes[..buf.len]).expect("a date is ASCII"));
+}
+
+/// A few ASCII bytes put together on the stack.
+struct Digits {
+    bytes: [u8; 32],
+    len: usize,
+}
+
+impl Digits {
+    fn push(&mut self, b: u8) {
+        self.bytes[self.len] = b;
+        self.len += 1;
+    }
+
+    /// `value` as exactly `width` digits, zero-padded (the callers'
+    /// values always fit).
+    fn padded(&mut self, mut value: u64, width: usize) {
+        for at in (self.len..self.len + width).rev() {
+            self.bytes[at] = b'0' + (value % 10) as u8;
+            value /= 10;
+        }
+        self.len += width;
+    }
 }
 
 /// Days since 1970-01-01 → proleptic Gregorian (year, month, day).
@@ -156,6 +190,40 @@ mod tests {
         let value = RawBsonRef::Document(broken);
         assert!(check_value(value).is_err(), "checking reads into the broken element");
         assert!(write_value(&mut String::new(), value, &mut Lossy::default()).is_err());
+    }
+
+    /// The formatted writes the digit buffer replaced.
+    fn date_by_format(ms: i64) -> String {
+        if !(-JS_DATE_LIMIT_MS..=JS_DATE_LIMIT_MS).contains(&ms) {
+            return "null".into();
+        }
+        let in_day = ms.rem_euclid(86_400_000);
+        let (y, m, d) = civil_from_days(ms.div_euclid(86_400_000));
+        let year = match y {
+            0..=9999 => format!("{y:04}"),
+            y if y < 0 => format!("-{:06}", -y),
+            y => format!("+{y:06}"),
+        };
+        format!(
+            "\"{year}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z\"",
+            in_day / 3_600_000,
+            in_day / 60_000 % 60,
+            in_day / 1000 % 60,
+            in_day % 1000
+        )
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn dates_print_as_the_formatted_writes_did(
+            ms in proptest::prop_oneof![
+                -JS_DATE_LIMIT_MS - 10..=JS_DATE_LIMIT_MS + 10,
+                -100_000_000_000_000_i64..=300_000_000_000_000,
+                proptest::num::i64::ANY,
+            ]
+        ) {
+            proptest::prop_assert_eq!(date(ms), date_by_format(ms));
+        }
     }
 
     #[test]

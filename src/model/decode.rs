@@ -95,7 +95,9 @@ pub struct Fields<'a> {
 
 impl<'a> Fields<'a> {
     pub fn read(doc: &'a RawDocument) -> Fields<'a> {
-        let mut elements = Vec::with_capacity(32);
+        // A video carries about 50 fields (its provider's), so room for
+        // 64 is allocated once; 32 grew on every video.
+        let mut elements = Vec::with_capacity(64);
         let mut malformed = false;
         for element in doc.iter_elements() {
             match element {

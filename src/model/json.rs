@@ -3,11 +3,21 @@
 //! exact digits, object keys in insertion order.
 
 /// Appends `s` as a JSON string literal.
+///
+/// Payload text is mostly plain (titles, names, URLs), so the scan looks
+/// for the next byte that needs escaping eight bytes at a time and copies
+/// the plain run before it whole; a byte-by-byte match was about 6% of a
+/// rebuild's instructions.
 pub fn write_str(out: &mut String, s: &str) {
     out.reserve(s.len() + 2);
     out.push('"');
+    let bytes = s.as_bytes();
     let mut start = 0;
-    for (i, b) in s.bytes().enumerate() {
+    while let Some(i) = next_escape(bytes, start) {
+        let b = bytes[i];
+        // Every byte that needs escaping is ASCII, so `i` and `i + 1`
+        // are character boundaries.
+        out.push_str(&s[start..i]);
         let escape: &str = match b {
             b'"' => "\\\"",
             b'\\' => "\\\\",
@@ -16,10 +26,8 @@ pub fn write_str(out: &mut String, s: &str) {
             b'\t' => "\\t",
             0x08 => "\\b",
             0x0c => "\\f",
-            0..=0x1f => "",
-            _ => continue,
+            _ => "",
         };
-        out.push_str(&s[start..i]);
         if escape.is_empty() {
             const HEX: &[u8; 16] = b"0123456789abcdef";
             out.push_str("\\u00");
@@ -32,6 +40,35 @@ pub fn write_str(out: &mut String, s: &str) {
     }
     out.push_str(&s[start..]);
     out.push('"');
+}
+
+/// Whether JSON needs `b` escaped: a control character, `"` or `\`.
+fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
+
+/// The position of the first byte at or after `from` that needs escaping.
+fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // A byte of `x` is zero exactly where the high bit of this is set
+    // (bytes above the first zero may be flagged too, so the exact
+    // position is found byte by byte within the word).
+    let zero_in = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let mut i = from;
+    while i + 8 <= bytes.len() {
+        let word = u64::from_le_bytes(bytes[i..i + 8].try_into().expect("eight bytes"));
+        // A byte below 0x20 has its three top bits clear: `word & 0xe0..`
+        // has a zero byte there (and nowhere else).
+        let hit = zero_in(word & 0xe0e0_e0e0_e0e0_e0e0)
+            | zero_in(word ^ (ONES * b'"' as u64))
+            | zero_in(word ^ (ONES * b'\\' as u64));
+        if hit != 0 {
+            break;
+        }
+        i += 8;
+    }
+    bytes[i..].iter().position(|&b| needs_escape(b)).map(|at| i + at)
 }
 
 /// Appends a double as JavaScript prints it; NaN and ±Infinity become
@@ -146,6 +183,26 @@ mod tests {
         assert_eq!(s("\u{0}\u{1f}\u{7f}"), "\"\\u0000\\u001f\u{7f}\"");
         assert_eq!(s("动作/é\u{2028}"), "\"动作/é\u{2028}\"");
         assert_eq!(s(""), "\"\"");
+    }
+
+    proptest::proptest! {
+        /// The word-at-a-time scan escapes exactly what a byte-by-byte
+        /// escaper does (serde_json's escaping matches `JSON.stringify`
+        /// for any Rust string), wherever in a word the byte falls.
+        #[test]
+        fn strings_escape_like_a_byte_by_byte_escaper(
+            chars in proptest::collection::vec(
+                proptest::prop_oneof![
+                    4 => proptest::char::range('a', 'z'),
+                    1 => proptest::char::range('\u{0}', '\u{7f}'),
+                    1 => proptest::sample::select(vec!['"', '\\', '\u{1f}', '\u{20}', '\u{7f}', '\u{80}', 'é', '动', '\u{2028}', '😀']),
+                ],
+                0..40,
+            )
+        ) {
+            let text: String = chars.into_iter().collect();
+            proptest::prop_assert_eq!(s(&text), serde_json::to_string(&text).unwrap());
+        }
     }
 
     #[test]

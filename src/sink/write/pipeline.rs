@@ -132,7 +132,8 @@ pub fn add_ops<'a>(
         let key = op.key.text.as_str();
         match &op.value {
             Value::String(value) => {
-                unit.cmd("SET", key).arg(value).arg("EX").arg(seconds);
+                // "EX" and the seconds: at most 2 + 20 bytes.
+                unit.cmd_with_room("SET", key, 3, value.len() + 22).arg(value).arg("EX").arg(seconds);
             }
             collection => {
                 unit.cmd("UNLINK", key);
@@ -150,23 +151,30 @@ pub fn add_members(unit: &mut Unit, key: &str, value: &Value, range: std::ops::R
         Value::String(_) => {}
         Value::Set(members) => {
             for chunk in members[range].chunks(CHUNK) {
-                unit.cmd("SADD", key).arg(chunk);
+                unit.cmd_with_room("SADD", key, chunk.len(), text_bytes(chunk)).arg(chunk);
             }
         }
         Value::List(items) => {
             for chunk in items[range].chunks(CHUNK) {
-                unit.cmd("RPUSH", key).arg(chunk);
+                unit.cmd_with_room("RPUSH", key, chunk.len(), text_bytes(chunk)).arg(chunk);
             }
         }
         Value::Zset(members) => {
             for chunk in members[range].chunks(CHUNK) {
-                let cmd = unit.cmd("ZADD", key);
+                // A score is an integer: at most 20 bytes as text.
+                let bytes = chunk.iter().map(|(_, m)| m.len() + 20).sum();
+                let cmd = unit.cmd_with_room("ZADD", key, 2 * chunk.len(), bytes);
                 for (score, member) in chunk {
                     cmd.arg(*score).arg(member);
                 }
             }
         }
     }
+}
+
+/// The bytes of `items` together.
+fn text_bytes(items: &[String]) -> usize {
+    items.iter().map(String::len).sum()
 }
 
 #[cfg(test)]

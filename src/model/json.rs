@@ -79,11 +79,19 @@ pub fn write_f64(out: &mut String, f: f64) {
     } else if f == 0.0 {
         // JSON.stringify(-0) is "0".
         out.push('0');
+    } else if f.fract() == 0.0 && f.abs() < SAFE_INTEGER_LIMIT {
+        // Below 2^53 every integer is a double of its own, so its shortest
+        // round-trip digits are its exact digits: what `Number::toString`
+        // prints, at a fraction of the shortest-digits search's cost.
+        write_i64(out, f as i64);
     } else {
         let mut buf = ryu_js::Buffer::new();
         out.push_str(buf.format_finite(f));
     }
 }
+
+/// 2^53: from here on, doubles are more than 1 apart.
+const SAFE_INTEGER_LIMIT: f64 = 9_007_199_254_740_992.0;
 
 /// Appends an integer as its exact decimal digits.
 pub fn write_i64(out: &mut String, i: i64) {
@@ -202,6 +210,30 @@ mod tests {
         ) {
             let text: String = chars.into_iter().collect();
             proptest::prop_assert_eq!(s(&text), serde_json::to_string(&text).unwrap());
+        }
+    }
+
+    proptest::proptest! {
+        /// Integral doubles below 2^53 print as ryu-js prints them.
+        #[test]
+        fn integral_doubles_print_like_the_shortest_digits(
+            f in {
+                use proptest::strategy::Strategy;
+                proptest::prop_oneof![
+                (-9_007_199_254_740_992_i64..=9_007_199_254_740_992).prop_map(|i| i as f64),
+                (-100_000_i64..100_000).prop_map(|i| i as f64 / 4.0),
+                (9_007_199_254_740_992_i64..i64::MAX).prop_map(|i| i as f64),
+                proptest::num::f64::NORMAL,
+            ]
+            }
+        ) {
+            let mut expected = String::new();
+            if f == 0.0 {
+                expected.push('0');
+            } else {
+                expected.push_str(ryu_js::Buffer::new().format_finite(f));
+            }
+            proptest::prop_assert_eq!(self::f(f), expected);
         }
     }
 

@@ -89,6 +89,13 @@ impl Data {
     }
 
     /// One random insert, update, replace or delete in any collection.
+    /// `n` random changes, one after another.
+    async fn changes(&mut self, n: usize) {
+        for _ in 0..n {
+            self.change().await;
+        }
+    }
+
     async fn change(&mut self) {
         let videos = self.db.collection::<Document>("VideoMedia");
         let v = format!("v{}", self.rng.below(170));
@@ -360,9 +367,7 @@ async fn random_changes_equal_a_full_rebuild(setup: Setup, seeds: std::ops::Rang
         // Streaming before the first change, so the changes arrive as
         // events (not folded into the start-up rebuild).
         let watcher = start_streaming(&cfg).await;
-        for _ in 0..120 {
-            d.change().await;
-        }
+        d.changes(120).await;
         d.settle(&url, &prefix).await;
         let metrics = watcher.stop().await;
         assert!(metrics.total_applied() >= 40, "seed {seed}: {} events", metrics.total_applied());
@@ -407,14 +412,10 @@ async fn a_killed_watcher_resumes_and_misses_nothing() {
     let mut d = data(&cfg, 42).await;
     d.seed().await;
     let watcher = start_streaming(&cfg).await;
-    for _ in 0..40 {
-        d.change().await;
-    }
+    d.changes(40).await;
     d.settle(&s.redis.url(), &prefix).await;
     // Killed in the middle of a stream of changes.
-    for _ in 0..20 {
-        d.change().await;
-    }
+    d.changes(20).await;
     // Every stream has saved a token by now (idle ones within a second).
     let mut conn = common::redis_conn(&s.redis.url()).await;
     let keys: Vec<String> = ["Channel", "Category", "Tag", "VideoMedia"]
@@ -427,9 +428,7 @@ async fn a_killed_watcher_resumes_and_misses_nothing() {
     })
     .await;
     watcher.kill().await;
-    for _ in 0..40 {
-        d.change().await;
-    }
+    d.changes(40).await;
     let watcher = start(&cfg);
     d.settle(&s.redis.url(), &prefix).await;
     let health: String =
@@ -463,14 +462,10 @@ async fn an_unusable_resume_token_leads_to_a_rebuild_then_streaming() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    for _ in 0..30 {
-        d.change().await;
-    }
+    d.changes(30).await;
     let watcher = start(&cfg);
     d.settle(&s.redis.url(), &prefix).await;
-    for _ in 0..30 {
-        d.change().await;
-    }
+    d.changes(30).await;
     d.settle(&s.redis.url(), &prefix).await;
     let metrics = watcher.stop().await;
     assert_eq!(metrics.rebuilds.load(std::sync::atomic::Ordering::Relaxed), 1);
@@ -488,16 +483,12 @@ async fn the_watcher_survives_a_mongodb_restart() {
     let mut d = data(&cfg, 9).await;
     d.seed().await;
     let watcher = start(&cfg);
-    for _ in 0..30 {
-        d.change().await;
-    }
+    d.changes(30).await;
     d.settle(&redis.url(), &prefix).await;
     mongo.restart();
     let mut d = data(&cfg, 10).await;
     d.marker = 100;
-    for _ in 0..30 {
-        d.change().await;
-    }
+    d.changes(30).await;
     d.settle_within(&watcher, &redis.url(), &prefix, Duration::from_secs(150)).await;
     watcher.stop().await;
     assert_same_as_rebuild(&mongo.uri(), &redis.url(), &name, &prefix, 9).await;
@@ -523,14 +514,10 @@ async fn a_stalled_mongodb_is_reopened_from_the_tokens_without_a_rebuild() {
     let mut d = data(&watch_env(&name, &prefix).config(), 13).await;
     d.seed().await;
     let watcher = start_streaming(&cfg).await;
-    for _ in 0..20 {
-        d.change().await;
-    }
+    d.changes(20).await;
     d.settle(&s.redis.url(), &prefix).await;
     proxy.stall();
-    for _ in 0..20 {
-        d.change().await;
-    }
+    d.changes(20).await;
     // The streams fail, and so does at least one reopening while the
     // stall lasts.
     common::wait_for("two stream failures while MongoDB is stalled", Duration::from_secs(120), || {
@@ -556,14 +543,10 @@ async fn the_watcher_rebuilds_after_redis_loses_its_keys() {
     let mut d = data(&cfg, 11).await;
     d.seed().await;
     let watcher = start_streaming(&cfg).await;
-    for _ in 0..20 {
-        d.change().await;
-    }
+    d.changes(20).await;
     d.settle(&redis.url(), &prefix).await;
     redis.restart();
-    for _ in 0..20 {
-        d.change().await;
-    }
+    d.changes(20).await;
     d.settle_streaming(&watcher, &redis.url(), &prefix).await;
     let metrics = watcher.stop().await;
     assert_eq!(
@@ -585,29 +568,21 @@ async fn a_cut_to_redis_longer_than_the_retries_loses_nothing() {
     let mut d = data(&cfg, 7).await;
     d.seed().await;
     let watcher = start_streaming(&cfg).await;
-    for _ in 0..30 {
-        d.change().await;
-    }
+    d.changes(30).await;
     d.settle(&s.redis.url(), &prefix).await;
 
     // Redis keeps running with its data; the watcher's connections drop
     // and new ones are refused until a batch has failed for good.
     proxy.cut(true);
-    for _ in 0..30 {
-        d.change().await;
-    }
+    d.changes(30).await;
     let failed = || watcher.metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed);
     common::wait_for("a batch to fail during the cut (the fault injected)", Duration::from_secs(30), || async {
         failed() > 0
     })
     .await;
-    for _ in 0..10 {
-        d.change().await;
-    }
+    d.changes(10).await;
     proxy.heal();
-    for _ in 0..30 {
-        d.change().await;
-    }
+    d.changes(30).await;
     d.settle(&s.redis.url(), &prefix).await;
     watcher.stop().await;
     assert_same_as_rebuild(&s.mongo.uri(), &s.redis.url(), &name, &prefix, 7).await;
@@ -658,9 +633,7 @@ async fn deletes_while_the_watcher_is_killed_are_removed_after_it_restarts() {
     bad.extend_from_slice(&[0xff, 0xfe]);
     let _: () = redis::cmd("SET").arg(&bad).arg("?").query_async(&mut conn).await.unwrap();
     let mut child = spawn();
-    for _ in 0..20 {
-        d.change().await;
-    }
+    d.changes(20).await;
     d.settle(&s.redis.url(), &prefix).await;
     streaming(child.id()).await;
     let _ = std::process::Command::new("kill").args(["-9", &child.id().to_string()]).status();
@@ -672,9 +645,7 @@ async fn deletes_while_the_watcher_is_killed_are_removed_after_it_restarts() {
     db.collection::<Document>("Category").delete_one(doc! {"_id": "c1"}).await.unwrap();
     db.collection::<Document>("Tag").delete_many(doc! {"categoryId": "c2"}).await.unwrap();
     db.collection::<Document>("VideoMedia").delete_many(doc! {"categoryIds": "c3"}).await.unwrap();
-    for _ in 0..10 {
-        d.change().await;
-    }
+    d.changes(10).await;
     let mut child = spawn();
     streaming(child.id()).await;
     d.settle(&s.redis.url(), &prefix).await;
@@ -739,9 +710,7 @@ async fn a_backlog_goes_out_in_short_transactions_and_equals_a_full_rebuild() {
     watcher.stop().await;
     // The backlog: changes made while the watcher is stopped, replayed
     // from its tokens when it starts again.
-    for _ in 0..150 {
-        d.change().await;
-    }
+    d.changes(150).await;
     let monitor = common::servers::Monitor::start(&redis);
     let watcher = start(&cfg);
     d.settle(&redis.url(), &prefix).await;

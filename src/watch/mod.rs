@@ -171,6 +171,23 @@ pub async fn run(
     }
 }
 
+/// The full rebuild a watcher without usable tokens runs once its streams
+/// are open, fenced by its lease, before it loads its state.
+async fn rebuild_first(
+    cfg: &Config,
+    opts: &WatchOptions,
+    fence: &Fence,
+    metrics: &WatchMetrics,
+    reason: &str,
+) -> Result<(), WatchError> {
+    tracing::info!(reason = %reason, "streams open; running a full rebuild before applying changes");
+    let opts = RebuildOptions { fence: Some(fence.clone()), edges: opts.edges.clone(), ..RebuildOptions::full() }
+        .trigger(Trigger::ChangeStream);
+    metrics.rebuild();
+    rebuild_with_retries(cfg, &opts, &Progress::hidden(), 3).await?;
+    Ok(())
+}
+
 /// Watches under a writer lease the caller holds, until `shutdown`
 /// resolves or an error the watcher cannot handle itself. Every write,
 /// token and heartbeat is fenced by the lease's epoch.
@@ -243,33 +260,30 @@ pub async fn run_fenced(
             // to a reopen (or a rebuild, without tokens) after the backoff,
             // not to the end of the watcher. `Ok(false)`: shut down.
             let prepared: Result<bool, WatchError> = async {
-                if all_open && let Some((kept, _)) = state.as_mut().filter(|_| !metrics.is_streaming()) {
-                    catch_up = resume_kept(kept, &sink, &status, &source).await?;
-                    metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
+                if !all_open {
+                    return Ok(true);
                 }
-                if all_open && state.is_none() {
-                    if fresh {
-                        let reason = rebuild_reason.take().unwrap_or_else(|| "no saved resume tokens".into());
-                        tracing::info!(reason = %reason, "streams open; running a full rebuild before applying changes");
-                        let opts = RebuildOptions {
-                            fence: Some(fence.clone()),
-                            edges: opts.edges.clone(),
-                            ..RebuildOptions::full()
-                        }
-                        .trigger(Trigger::ChangeStream);
-                        let progress = Progress::hidden();
-                        metrics.rebuild();
-                        tokio::select! {
-                            _ = &mut shutdown => return Ok(false),
-                            result = rebuild_with_retries(cfg, &opts, &progress, 3) => { result?; }
-                        }
+                match state.as_mut() {
+                    Some((kept, _)) if !metrics.is_streaming() => {
+                        catch_up = resume_kept(kept, &sink, &status, &source).await?;
                     }
-                    let (loaded, run_id, loaded_at) = load_beside_cache(&sink, &source, &status, &mongo, &ctx).await?;
-                    metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
-                    tracing::debug!(loaded_at = ?loaded_at, "catching up with the load");
-                    catch_up = CatchUp::until(loaded_at);
-                    state = Some((loaded, run_id));
+                    Some(_) => return Ok(true),
+                    None => {
+                        if fresh {
+                            let reason = rebuild_reason.take().unwrap_or_else(|| "no saved resume tokens".into());
+                            tokio::select! {
+                                _ = &mut shutdown => return Ok(false),
+                                result = rebuild_first(cfg, opts, &fence, &metrics, &reason) => result?,
+                            }
+                        }
+                        let (loaded, run_id, loaded_at) =
+                            load_beside_cache(&sink, &source, &status, &mongo, &ctx).await?;
+                        tracing::debug!(loaded_at = ?loaded_at, "catching up with the load");
+                        catch_up = CatchUp::until(loaded_at);
+                        state = Some((loaded, run_id));
+                    }
                 }
+                metrics.streaming.store(true, std::sync::atomic::Ordering::Relaxed);
                 Ok(true)
             }
             .await;

@@ -114,14 +114,13 @@ pub async fn follow(
             // limit) is reopened from the same token later, not rebuilt.
             let item = match tokio::time::timeout(PING_TIMEOUT, source.cluster_time()).await {
                 Ok(Ok(_)) => Item::Unresumable(coll, reason),
-                Ok(Err(err)) => Item::Failed(coll, mongodb::error::Error::custom(format!("{reason}; then {err}"))),
-                Err(_) => Item::Failed(
-                    coll,
-                    mongodb::error::Error::custom(format!(
-                        "{reason}, and the server did not answer a ping within {}s",
-                        PING_TIMEOUT.as_secs()
-                    )),
-                ),
+                silent => {
+                    let why = match silent {
+                        Ok(Err(err)) => err.to_string(),
+                        _ => format!("no answer to a ping within {}s", PING_TIMEOUT.as_secs()),
+                    };
+                    Item::Failed(coll, mongodb::error::Error::custom(format!("{reason}; then {why}")))
+                }
             };
             let _ = tx.send(item).await;
             return;

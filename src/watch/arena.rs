@@ -29,6 +29,9 @@ const IN_PAGE: u32 = (PAGE as u32) - 1;
 /// page.
 const MAX_SPAN: usize = 2 * u8::MAX as usize;
 
+/// Entries the lists of a batch's spans keep room for after a commit.
+const BATCH_ROOM: usize = 4096;
+
 /// A span: its offset and its length.
 type Span = (u32, u16);
 
@@ -166,9 +169,14 @@ impl Arena {
     /// Keeps a batch: the spans it released may be reused.
     pub fn commit(&mut self) {
         self.taken.clear();
-        for (at, len) in std::mem::take(&mut self.released) {
+        let mut released = std::mem::take(&mut self.released);
+        for (at, len) in released.drain(..) {
             self.free_span(at, len);
         }
+        self.released = released;
+        // An unusually large batch does not leave its lists' room behind.
+        self.taken.shrink_to(BATCH_ROOM);
+        self.released.shrink_to(BATCH_ROOM);
     }
 
     /// Takes a batch back: the spans it released hold their records'
@@ -282,6 +290,19 @@ mod tests {
         let z = a.put(&[7, 8, 9]);
         assert_eq!(z, x, "the committed release is reused");
         assert_eq!(a.held(), 3);
+    }
+
+    #[test]
+    fn a_large_batch_leaves_no_room_behind_after_its_commit() {
+        let mut a = Arena::default();
+        let spans: Vec<u32> = (0..50_000).map(|i| a.put(&[i, i + 1])).collect();
+        a.commit();
+        for at in spans {
+            a.release(at, 2);
+        }
+        a.commit();
+        assert!(a.taken.capacity() <= BATCH_ROOM && a.released.capacity() <= BATCH_ROOM);
+        assert_eq!((a.held(), a.free[2].len()), (0, 50_000), "every span reusable");
     }
 
     #[test]

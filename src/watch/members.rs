@@ -104,8 +104,10 @@ impl Members {
             // Ranks computed once per entry: a comparison through the
             // store would look two records up each time.
             scope.0.sort_by_cached_key(|&h| rank_of(videos, h));
-            // A reference repeated in one video files it once.
+            // A reference repeated in one video files it once; the room
+            // counted for the repeats is given back.
             scope.0.dedup();
+            scope.0.shrink_to_fit();
         });
         members
     }

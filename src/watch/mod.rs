@@ -29,6 +29,7 @@ pub mod deferred;
 pub mod delta;
 pub mod drift;
 mod engine;
+mod handles;
 mod load;
 pub mod members;
 mod memo;

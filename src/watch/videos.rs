@@ -2,9 +2,9 @@
 //! document in a paged slab ([`Paged`]: it never moves what it holds)
 //! addressed by `u32` handles, its references packed in
 //! an arena ([`super::arena`]), found by `_id` through a hash table of
-//! handles. A document costs its record, its references (4 bytes each)
-//! and about 5 bytes of table; the scopes ([`super::members`]) file
-//! handles, not ids.
+//! handles ([`super::handles`]). A document costs its record, its
+//! references (4 bytes each) and 5 to 7 bytes of table; the scopes
+//! ([`super::members`]) file handles, not ids.
 //!
 //! A written id's owner (its first carrier) needs no table of its own:
 //! nearly every document's `_id` is an ObjectId whose written id is its
@@ -18,9 +18,9 @@
 //! (see [`Videos::undo`]).
 
 use super::arena::{Arena, Paged};
+use super::handles::Handles;
 use super::model::IdKey;
 use crate::model::compact::{Sym, Wid, WidRef};
-use hashbrown::HashTable;
 use mongodb::bson::Bson;
 use rustc_hash::FxHashMap;
 use std::hash::{BuildHasher, Hash};
@@ -134,7 +134,7 @@ pub struct Videos {
     refs: Arena,
     others: FxHashMap<Handle, Other>,
     long: FxHashMap<Handle, Long>,
-    by_key: HashTable<Handle>,
+    by_key: Handles,
     /// Every carrier, in arrival order, of the written ids two or more
     /// documents carry (repeats, rejected as such).
     carriers: FxHashMap<Wid, Vec<Handle>>,
@@ -191,7 +191,7 @@ impl Videos {
     /// knows how many it expects; the records grow by pages).
     pub fn reserve(&mut self, more: usize) {
         let slab = Slab { recs: &self.recs, others: &self.others };
-        self.by_key.reserve(more, |&h| hash(slab.key(h)));
+        self.by_key.reserve(more, |h| hash(slab.key(h)));
     }
 
     /// The handle of the document with this `_id`.
@@ -201,7 +201,7 @@ impl Videos {
 
     fn find_ref(&self, k: KeyRef<'_>) -> Option<Handle> {
         let slab = self.slab();
-        self.by_key.find(hash(k), |&h| slab.key(h) == k).copied()
+        self.by_key.find(hash(k), |h| slab.key(h) == k)
     }
 
     /// A held document's fields, `None` when it was rejected.
@@ -356,7 +356,7 @@ impl Videos {
         }
         self.live += 1;
         let slab = Slab { recs: &self.recs, others: &self.others };
-        self.by_key.insert_unique(hash(slab.key(h)), h, |&x| hash(slab.key(x)));
+        self.by_key.insert_unique(hash(slab.key(h)), h, |x| hash(slab.key(x)));
         self.link(h);
         h
     }
@@ -388,9 +388,7 @@ impl Videos {
     fn kill(&mut self, h: Handle) {
         let slab = Slab { recs: &self.recs, others: &self.others };
         let k = slab.key(h);
-        if let Ok(entry) = self.by_key.find_entry(hash(k), |&x| x == h) {
-            entry.remove();
-        }
+        self.by_key.remove(hash(k), h, |x| hash(slab.key(x)));
         self.recs[h as usize] = Rec::default();
         self.others.remove(&h);
         self.long.remove(&h);
@@ -500,7 +498,7 @@ impl Videos {
             }
             self.live += 1;
             let slab = Slab { recs: &self.recs, others: &self.others };
-            self.by_key.insert_unique(hash(slab.key(h)), h, |&x| hash(slab.key(x)));
+            self.by_key.insert_unique(hash(slab.key(h)), h, |x| hash(slab.key(x)));
         }
         for (w, mut list) in owners {
             match list.len() {
@@ -525,7 +523,7 @@ impl Videos {
     /// About how many bytes the store holds: its records, their
     /// references, the side entries and the table.
     pub fn footprint(&self) -> usize {
-        let table = self.by_key.capacity() * (size_of::<Handle>() + 1);
+        let table = self.by_key.footprint();
         let others = (self.others.len() + self.other_owner.len()) * (size_of::<Other>() + 64);
         let long: usize = self.long.values().map(|(_, refs)| 48 + refs.len() * 4).sum();
         let carriers: usize = self.carriers.values().map(|l| 48 + l.capacity() * 4).sum();
@@ -536,7 +534,7 @@ impl Videos {
     /// Every held document with its fields (`None`: rejected), in no
     /// particular order: for tests and diagnostics.
     pub fn entries(&self) -> impl Iterator<Item = (IdKey, Option<Doc<'_>>)> + '_ {
-        self.by_key.iter().map(|&h| (self.key(h), self.doc(h)))
+        self.by_key.iter().map(|h| (self.key(h), self.doc(h)))
     }
 
     /// Every written id with its carriers' `_id`s in arrival order.

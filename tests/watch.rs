@@ -88,7 +88,6 @@ impl Data {
         self.db.collection::<Document>("VideoMedia").insert_many(videos).await.unwrap();
     }
 
-    /// One random insert, update, replace or delete in any collection.
     /// `n` random changes, one after another.
     async fn changes(&mut self, n: usize) {
         for _ in 0..n {
@@ -96,6 +95,7 @@ impl Data {
         }
     }
 
+    /// One random insert, update, replace or delete in any collection.
     async fn change(&mut self) {
         let videos = self.db.collection::<Document>("VideoMedia");
         let v = format!("v{}", self.rng.below(170));

@@ -462,7 +462,9 @@ impl State {
             });
             self.videos.put(video.key, video.raw_id, video.written, fields);
         }
-        // A load is never taken back: each chunk is kept as it is filed,
+        // A load is never taken back: each chunk is kept as it is filed
+        // (a batch undone later must not give its handles or references
+        // back),
         // so the record of what a batch took stays a chunk long instead
         // of the whole collection (16 MiB at 2M videos, and its doubling
         // copies during the load).
@@ -471,9 +473,8 @@ impl State {
 
     /// Ends the load: files every effective video under its scopes.
     pub fn finish_load(&mut self) {
-        // What the load filed is kept: a batch taken back later must not
-        // give the load's handles or references back.
-        self.videos.commit();
+        // What the load filed is kept already (`file_videos` commits each
+        // chunk): a batch taken back later cannot give it back.
         let effective = self.videos.owners().filter(|&h| self.videos.doc(h).is_some_and(|d| d.active));
         self.members = Members::build(&self.videos, effective);
     }

@@ -145,7 +145,6 @@ pub struct Videos {
     free: Vec<Handle>,
     /// Freed since the last commit (not reused before it).
     freed: Vec<Handle>,
-    live: usize,
 }
 
 /// The slab's read side, borrowed apart from the tables so that a table
@@ -180,11 +179,11 @@ impl Videos {
 
     /// How many documents are held.
     pub fn len(&self) -> usize {
-        self.live
+        self.by_key.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.live == 0
+        self.by_key.len() == 0
     }
 
     /// Makes room in the key table for `more` documents at once (a load
@@ -354,7 +353,6 @@ impl Videos {
         if let IdKey::Other(text) = key {
             self.others.insert(h, Other { key: text, raw_id: Box::new(raw_id), written });
         }
-        self.live += 1;
         let slab = Slab { recs: &self.recs, others: &self.others };
         self.by_key.insert_unique(hash(slab.key(h)), h, |x| hash(slab.key(x)));
         self.link(h);
@@ -392,7 +390,6 @@ impl Videos {
         self.recs[h as usize] = Rec::default();
         self.others.remove(&h);
         self.long.remove(&h);
-        self.live -= 1;
     }
 
     /// Files a new document (held already) last among its written id's
@@ -496,7 +493,6 @@ impl Videos {
             if let Some(long) = saved.long {
                 self.long.insert(h, long);
             }
-            self.live += 1;
             let slab = Slab { recs: &self.recs, others: &self.others };
             self.by_key.insert_unique(hash(slab.key(h)), h, |x| hash(slab.key(x)));
         }

@@ -129,6 +129,62 @@ async fn sweep_deletes_only_stale_keys(setup: Setup) {
     assert_eq!(cats, &vec!["c1".to_string()]);
 }
 
+/// A rebuild into a keyspace that holds no key of its families has
+/// nothing to sweep: it scans nothing beyond its one-call probe, writes
+/// exactly what a rebuild writes, and leaves other keys under the prefix
+/// alone. Once a key of its families exists, the sweep scans again; and
+/// a keyspace too big for the probe's few calls is swept as usual. A
+/// private Redis, so that its keys and `SCAN` calls are this test's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_into_a_keyspace_without_its_families_skips_the_sweep_and_no_other() {
+    use cachewright::rebuild::Sweep;
+    let redis = common::servers::Redis::start();
+    let url = redis.url();
+    let cfg = common::TestEnv::named(&common::unique("skip")).redis(&url).config();
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    let p = &cfg.prefix;
+    let mut conn = common::redis_conn(&url).await;
+    let others = [format!("{p}session:x"), format!("{p}v2:channel:all"), format!("other:{p}video:detail:v1")];
+    for key in &others {
+        let _: () = redis::cmd("SET").arg(key).arg("not ours").query_async(&mut conn).await.unwrap();
+    }
+    let scans_before = common::command_calls(&url, "scan").await;
+    let summary = rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild into an empty keyspace");
+    assert_eq!(summary.sweep, Sweep::Skipped);
+    assert_eq!(common::command_calls(&url, "scan").await - scans_before, 1, "only the probe scans");
+    let expected = std::fs::read_to_string(common::fixture_dir("edge-cases").join("expected-keys.txt")).unwrap();
+    let mut dump = common::dump(&url, p).await;
+    for key in &others {
+        dump.remove(key);
+    }
+    assert_eq!(common::render_dump(&dump, p), expected);
+    for key in &others {
+        let exists: bool = redis::cmd("EXISTS").arg(key).query_async(&mut conn).await.unwrap();
+        assert!(exists, "{key} was touched");
+    }
+
+    // One stale key of a family: the sweep scans and deletes it.
+    let stale = format!("{p}video:detail:gone");
+    let _: () = redis::cmd("SET").arg(&stale).arg("stale").query_async(&mut conn).await.unwrap();
+    let summary = rebuild(&cfg, &all(), &Progress::hidden()).await.expect("warm rebuild");
+    assert!(matches!(summary.sweep, Sweep::Scanned(n) if n > 0), "{:?}", summary.sweep);
+    assert_eq!(summary.deleted.get(&FamilyId::VideoDetail), Some(&1));
+    let exists: bool = redis::cmd("EXISTS").arg(&stale).query_async(&mut conn).await.unwrap();
+    assert!(!exists, "the stale key survived");
+
+    // A keyspace of many other keys (more buckets than the probe's few
+    // calls cover) and none of the families: not known empty, so swept.
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    let mut fill = redis::pipe();
+    for i in 0..60_000 {
+        fill.cmd("SET").arg(format!("other:{i}")).arg(i).ignore();
+    }
+    let _: () = fill.query_async(&mut conn).await.unwrap();
+    let summary = rebuild(&cfg, &all(), &Progress::hidden()).await.expect("rebuild beside many other keys");
+    assert!(matches!(summary.sweep, Sweep::Scanned(_)), "{:?}", summary.sweep);
+    assert_eq!(common::render_dump(&common::dump(&url, p).await, p), expected);
+}
+
 /// A sweep names at most its cap of stale keys per pass: with far more
 /// stale keys than that it still deletes every one (pass after pass), and
 /// the guard judges the whole count before the first deletion.

@@ -38,6 +38,10 @@ pub async fn run(global: &GlobalArgs, args: &RebuildArgs) -> anyhow::Result<Exit
             "peak_rss_bytes": rss,
             "used_memory_before": summary.memory_before,
             "used_memory_after": summary.memory_after,
+            "sweep_scanned": match summary.sweep {
+                cachewright::rebuild::Sweep::Scanned(keys) => Some(keys),
+                cachewright::rebuild::Sweep::Skipped => None,
+            },
         });
         std::fs::write(path, serde_json::to_string_pretty(&json)?)
             .with_context(|| format!("cannot write {}", path.display()))?;

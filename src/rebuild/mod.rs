@@ -7,7 +7,7 @@ pub mod guard;
 mod summary;
 pub(crate) mod videos;
 
-pub use summary::RunSummary;
+pub use summary::{RunSummary, Sweep};
 
 use crate::config::Config;
 use crate::keys::Keys;
@@ -360,6 +360,19 @@ async fn run_pipeline(
     let memory_before = sink.used_memory().await.ok();
     let redis_run_id = sink.run_id().await?;
     let ctx = Arc::new(plan_ctx(cfg, opts.families));
+    // Told before this run writes anything: a keyspace that holds no key
+    // of the run's families leaves its sweep nothing to delete, since
+    // every such key at the end is this run's (it holds the writer lease;
+    // `serve` pauses its watcher around a job). Then no pass scans the
+    // keys just written, which cost Redis about 3 s at 500K videos: a
+    // first run, or the rebuild after Redis lost its data.
+    let nothing_before = match sink.holds_no_family_key(&ctx.keys, opts.families).await {
+        Ok(none) => none,
+        Err(err) => {
+            tracing::warn!(error = %err, "could not tell whether Redis holds keys of this run; the sweep scans as usual");
+            false
+        }
+    };
 
     let (tx, rx) = mpsc::channel::<Vec<Op>>(16);
     let budget = sink.tx_budget();
@@ -413,7 +426,9 @@ async fn run_pipeline(
             // The sweep's scan starts now, beside the index keys' writes:
             // every per-video key can be judged (the table is whole), the
             // few others once the writes are done.
-            early_scan = Some(early_sweep_scan(sink, &ctx, opts, videos.clone()));
+            if !nothing_before {
+                early_scan = Some(early_sweep_scan(sink, &ctx, opts, videos.clone()));
+            }
             let batcher = Batcher::new(tx.clone(), budget);
             videos::plan_index_keys(videos.clone(), catalog.clone(), ctx.clone(), batcher).await?;
             table = Some(videos);
@@ -444,6 +459,7 @@ async fn run_pipeline(
         None => None,
     };
     let mut stale = match early {
+        _ if nothing_before => sink::Stale::default(),
         Some(mut stale) => {
             stale.settle(digested, opts.sweep_cap);
             stale
@@ -453,6 +469,10 @@ async fn run_pipeline(
         None => sink.find_stale(&ctx.keys, opts.families, &produced, opts.sweep_cap).await?,
     };
     let (not_utf8, scanned) = (stale.not_utf8, stale.scanned);
+    let sweep = match nothing_before {
+        true => summary::Sweep::Skipped,
+        false => summary::Sweep::Scanned(scanned),
+    };
     if let Err(refused) = policy.check_sweep(stale.total(), stale.existing) {
         return Err(refused.into());
     }
@@ -482,12 +502,17 @@ async fn run_pipeline(
             stale = sink.find_stale(&ctx.keys, opts.families, &produced, opts.sweep_cap).await?;
         }
     }
-    tracing::info!(
-        deleted = deleted.values().sum::<u64>(),
-        scanned,
-        elapsed_ms = sweep_started.elapsed().as_millis() as u64,
-        "sweep done"
-    );
+    match sweep {
+        summary::Sweep::Skipped => {
+            tracing::info!("sweep skipped: Redis held no key of this run's families when it began")
+        }
+        summary::Sweep::Scanned(scanned) => tracing::info!(
+            deleted = deleted.values().sum::<u64>(),
+            scanned,
+            elapsed_ms = sweep_started.elapsed().as_millis() as u64,
+            "sweep done"
+        ),
+    }
     let memory_after = sink.used_memory().await.ok();
 
     Ok(RunSummary {
@@ -502,6 +527,7 @@ async fn run_pipeline(
         memory_after,
         dry_run: opts.dry_run,
         not_utf8,
+        sweep,
         kept_names: written.names,
     })
 }

@@ -23,8 +23,20 @@ pub struct RunSummary {
     pub dry_run: bool,
     /// Keys under the prefix whose names are not UTF-8 (skipped).
     pub not_utf8: u64,
+    /// How the sweep found the keys it deleted.
+    pub sweep: Sweep,
     /// The written keys of [`super::RebuildOptions::keep_names`]' families.
     pub kept_names: Vec<String>,
+}
+
+/// How a run's sweep went over the existing keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sweep {
+    /// One pass (or more, above the cap) scanned this many keys.
+    Scanned(u64),
+    /// Redis held no key of the run's families when it began, so no
+    /// key could be stale and none was scanned.
+    Skipped,
 }
 
 fn mib(bytes: Option<u64>) -> String {
@@ -97,6 +109,10 @@ impl RunSummary {
             out.push('\n');
         }
         let _ = writeln!(out, "active videos indexed: {}", self.videos_indexed);
+        let _ = match self.sweep {
+            Sweep::Scanned(keys) => writeln!(out, "sweep: {keys} existing keys scanned"),
+            Sweep::Skipped => writeln!(out, "sweep: skipped (Redis held no key of these families when the run began)"),
+        };
         if self.not_utf8 > 0 {
             let _ = writeln!(out, "keys under the prefix that are not UTF-8 (skipped, left alone): {}", self.not_utf8);
         }

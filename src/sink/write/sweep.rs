@@ -115,6 +115,10 @@ enum Filed {
 }
 
 pub(in crate::sink) const SCAN_COUNT: usize = 5000;
+/// `SCAN` calls per master that [`crate::sink::Sink::holds_no_family_key`]
+/// makes before it gives up: an empty keyspace answers in one, a
+/// keyspace of a few thousand keys in one or two.
+const EMPTY_PROBE_CALLS: usize = 4;
 const UNLINK_BATCH: usize = 1000;
 
 impl crate::sink::Sink {
@@ -225,6 +229,40 @@ impl crate::sink::Sink {
             tracing::warn!(keys = stale.not_utf8, "keys under the prefix whose names are not UTF-8 were skipped");
         }
         Ok(stale)
+    }
+
+    /// Whether Redis holds no key of the selected families, as far as a
+    /// short pass can tell: `true` only when the pass went over the whole
+    /// keyspace within a few `SCAN` calls per master and found none; a
+    /// larger keyspace, or one key of the families, gives `false`.
+    pub async fn holds_no_family_key(&self, keys: &Keys, families: FamilySet) -> Result<bool, SinkError> {
+        let glob = format!("{}*", keys.scan_glob_prefix());
+        let allowed = EMPTY_PROBE_CALLS * self.topology().masters().len().max(1);
+        // Counted across restarts of a cluster's pass, so that moving
+        // slots cannot keep the probe going.
+        let mut calls = 0;
+        let mut found = false;
+        let pass = self
+            .for_each_key(&glob, |scanned| {
+                let decided = match scanned {
+                    Scanned::Restart => false,
+                    Scanned::Keys(batch) => {
+                        calls += 1;
+                        let none = |_: FamilyId, _: &[&str], _: &str| Some(false);
+                        found |= file_batch(keys, families, batch, &none).iter().any(|f| matches!(f, Filed::Key(..)));
+                        found || calls >= allowed
+                    }
+                };
+                // Ending the visit ends the pass (see `for_each_key`);
+                // `Stopped` is only this probe's marker, read just below.
+                std::future::ready(if decided { Err(SinkError::Stopped) } else { Ok(()) })
+            })
+            .await;
+        match pass {
+            Ok(()) => Ok(!found),
+            Err(SinkError::Stopped) => Ok(false),
+            Err(err) => Err(err),
+        }
     }
 
     /// How many keys of the selected families exist (names not kept).

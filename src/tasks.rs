@@ -31,6 +31,13 @@ where
     Owned(tokio::spawn(future))
 }
 
+impl<T> Owned<T> {
+    /// Whether the task has ended: awaiting it then returns at once.
+    pub fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+}
+
 impl<T> Future for Owned<T> {
     type Output = Result<T, tokio::task::JoinError>;
 

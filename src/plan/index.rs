@@ -152,8 +152,13 @@ pub struct VideoTable {
 }
 
 impl VideoTable {
-    pub fn with_capacity(n: usize) -> VideoTable {
-        VideoTable { recs: Vec::with_capacity(n), seen: HashTable::with_capacity(n), ..VideoTable::default() }
+    /// Room for `n` videos in all, taken at once (growing by doubling
+    /// would double the run's largest structure at its end).
+    pub fn reserve(&mut self, n: usize) {
+        let more = n.saturating_sub(self.recs.len());
+        self.recs.reserve(more);
+        let Self { seen, recs, texts, .. } = self;
+        seen.reserve(more, |&at| rustc_hash::FxBuildHasher.hash_one(written_id(recs, texts, at)));
     }
 
     fn wid(&self, at: u32) -> WidRef<'_> {
@@ -458,6 +463,25 @@ mod tests {
         assert_eq!(table.claim("v-1"), None);
         assert_eq!(table.claim("65A1B2C3D4E5F6A7B8C9D0E1"), Some(2));
         assert_eq!((table.wid(0).text(), table.wid(1).text()), (hex.to_string(), "v-1".to_string()));
+    }
+
+    /// The estimate may come after the first videos: reserving then
+    /// keeps every claimed id found, and makes room for the rest at once.
+    #[test]
+    fn room_reserved_after_the_first_claims_keeps_them_claimed() {
+        let mut table = VideoTable::default();
+        let ids: Vec<String> =
+            (0..300).map(|i| if i % 3 == 0 { format!("v-{i}") } else { format!("{i:024x}") }).collect();
+        for id in &ids[..100] {
+            assert!(table.claim(id).is_some());
+        }
+        table.reserve(10_000);
+        assert!(table.seen.capacity() >= 10_000 && table.recs.capacity() >= 10_000);
+        let (seen, recs) = (table.seen.capacity(), table.recs.capacity());
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(table.claim(id).is_some(), i >= 100, "{id}");
+        }
+        assert_eq!((table.seen.capacity(), table.recs.capacity()), (seen, recs), "grew after reserving");
     }
 
     #[test]

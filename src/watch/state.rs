@@ -464,10 +464,9 @@ impl State {
         }
         // A load is never taken back: each chunk is kept as it is filed
         // (a batch undone later must not give its handles or references
-        // back),
-        // so the record of what a batch took stays a chunk long instead
-        // of the whole collection (16 MiB at 2M videos, and its doubling
-        // copies during the load).
+        // back), so the record of what a batch took stays a chunk long
+        // instead of the whole collection (16 MiB at 2M videos, and its
+        // doubling copies during the load).
         self.videos.commit();
     }
 

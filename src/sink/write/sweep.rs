@@ -15,6 +15,7 @@ use crate::sink::SinkError;
 use crate::sink::cluster_io::Scanned;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 
 /// A 128-bit digest of a key, so that a million produced keys cost 16
 /// bytes each instead of a string; two independent 64-bit hashes make a
@@ -145,20 +146,37 @@ impl crate::sink::Sink {
         F: FnMut(Scanned) -> Fut,
         Fut: std::future::Future<Output = Result<(), SinkError>>,
     {
+        let visit = |scanned| {
+            let visited = visit(scanned);
+            async move { visited.await.map(ControlFlow::Continue) }
+        };
+        self.scan_while(glob, visit).await.map(drop)
+    }
+
+    /// [`Self::for_each_key`] until `visit` breaks: true when the pass
+    /// went over every key, false when it was broken off.
+    async fn scan_while<F, Fut>(&self, glob: &str, mut visit: F) -> Result<bool, SinkError>
+    where
+        F: FnMut(Scanned) -> Fut,
+        Fut: std::future::Future<Output = Result<ControlFlow<()>, SinkError>>,
+    {
         let ahead = 2 * self.topology().masters().len().max(1);
         let (found, mut batches) = tokio::sync::mpsc::channel(ahead);
         let scan = self.topology().scan(self, glob, found);
         let filing = async move {
-            // Owned here: a failed visit drops it, and the scan's next
-            // send ends the scan.
+            // Owned here: a failed or broken-off visit drops it, and the
+            // scan's next send ends the scan.
             while let Some(batch) = batches.recv().await {
-                visit(batch).await?;
+                if visit(batch).await?.is_break() {
+                    return Ok(false);
+                }
             }
-            Ok::<(), SinkError>(())
+            Ok::<bool, SinkError>(true)
         };
         let (scanned, filed) = tokio::join!(scan, filing);
-        filed?;
-        scanned
+        let whole = filed?;
+        scanned?;
+        Ok(whole)
     }
 
     /// One SCAN pass over one node into `found`: the one-node answer of
@@ -247,27 +265,18 @@ impl crate::sink::Sink {
         // slots cannot keep the probe going.
         let mut calls = 0;
         let mut found = false;
-        let pass = self
-            .for_each_key(&glob, |scanned| {
-                let decided = match scanned {
-                    Scanned::Restart => false,
-                    Scanned::Keys(batch) => {
-                        calls += 1;
-                        let none = |_: FamilyId, _: &[&str], _: &str| Some(false);
-                        found |= file_batch(keys, families, batch, &none).iter().any(|f| matches!(f, Filed::Key(..)));
-                        found || calls >= allowed
-                    }
-                };
-                // Ending the visit ends the pass (see `for_each_key`);
-                // `Stopped` is only this probe's marker, read just below.
-                std::future::ready(if decided { Err(SinkError::Stopped) } else { Ok(()) })
+        let whole = self
+            .scan_while(&glob, |scanned| {
+                if let Scanned::Keys(batch) = scanned {
+                    calls += 1;
+                    let none = |_: FamilyId, _: &[&str], _: &str| Some(false);
+                    found |= file_batch(keys, families, batch, &none).iter().any(|f| matches!(f, Filed::Key(..)));
+                }
+                let decided = found || calls >= allowed;
+                std::future::ready(Ok(if decided { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }))
             })
-            .await;
-        match pass {
-            Ok(()) => Ok(!found),
-            Err(SinkError::Stopped) => Ok(false),
-            Err(err) => Err(err),
-        }
+            .await?;
+        Ok(whole && !found)
     }
 
     /// How many keys of the selected families exist (names not kept).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The watcher benchmark alone, under a change mix:
-#   scripts/bench-watch.sh [VIDEOS] [single|cluster] [platform|title] [RATE] [SECONDS]
+#   scripts/bench-watch.sh [VIDEOS] [single|cluster] [platform|videos|title] [RATE] [SECONDS]
 #                       (default 58000 videos, single, platform, 1000/s, 10 s)
 # Starts the benchmark's own servers (as scripts/bench.sh), generates a
 # fresh data set, rebuilds it, then runs `cachewright-dev bench --watch`:
@@ -44,6 +44,11 @@ d = w.get('drain')
 if d:
     print(f"  drained                  {d['per_s']:.0f} changes/s ({d['changes']} in {d['seconds']:.2f} s, a backlog held "
           f"back from the watcher while MongoDB took it in {d['sent_seconds']:.1f} s)")
+    c = d['cpu_us_per_change']
+    print(f"  drain CPU per change     cachewright {c['cachewright']:.0f} µs (state {c['state']:.0f}), "
+          f"Redis {c['redis']:.0f} µs, MongoDB {c['mongodb']:.0f} µs")
+    for r in d.get('redis_commands', []):
+        print(f"    Redis {r['command']:<22} {r['us_per_change']:6.1f} µs, {r['calls_per_change']:.2f} calls per change")
 else:
     print("  drained                  n/a (the drain phase needs a single-host mongodb:// URI)")
 print(f"  members read per change  {w['visited_per_change']:.1f}")

@@ -14,6 +14,34 @@ pub fn cpu_time() -> Duration {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
+/// CPU time (user + system) every running process whose command name is
+/// `comm` has used so far, summed (`/proc/*/stat`): the benchmark's view of
+/// the servers beside it (`redis-server`, `secantusd-rs`), each instance
+/// and replica included. Processes that exit meanwhile are not counted.
+pub fn cpu_time_of(comm: &str) -> Duration {
+    // SAFETY: sysconf takes a plain integer name.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Duration::ZERO };
+    let ticks: u64 = dir
+        .filter_map(|entry| std::fs::read_to_string(entry.ok()?.path().join("stat")).ok())
+        .filter_map(|stat| stat_ticks(&stat, comm))
+        .sum();
+    Duration::from_secs_f64(ticks as f64 / hz)
+}
+
+/// `utime + stime` of one `/proc/PID/stat` line when its command is
+/// `comm`. The command sits in parentheses and may hold spaces or
+/// parentheses itself, so the fields are counted from the last `)`.
+fn stat_ticks(stat: &str, comm: &str) -> Option<u64> {
+    let (head, rest) = stat.rsplit_once(')')?;
+    if head.split_once('(')?.1 != comm {
+        return None;
+    }
+    // After the command: state (field 3), ..., utime (14), stime (15).
+    let mut fields = rest.split_whitespace().skip(11);
+    Some(fields.next()?.parse::<u64>().ok()? + fields.next()?.parse::<u64>().ok()?)
+}
+
 /// CPU time the calling thread has used so far: what a piece of work run
 /// in place on it costs, whatever the other threads do meanwhile.
 pub fn thread_cpu_time() -> Duration {
@@ -119,6 +147,18 @@ mod tests {
         assert!(super::cpu_time() > std::time::Duration::ZERO);
         assert!(super::peak_rss().unwrap_or(0) > 0);
         assert!(super::thread_cpu_time() > std::time::Duration::ZERO);
+        let comm = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+        assert!(super::cpu_time_of(comm.trim()) > std::time::Duration::ZERO, "this process is among {comm:?}");
+        assert_eq!(super::cpu_time_of("no such command"), std::time::Duration::ZERO);
+    }
+
+    /// The fields are counted from the command's last parenthesis, so a
+    /// command holding one does not shift them.
+    #[test]
+    fn stat_lines_are_read_past_the_command() {
+        let line = "42 (a) b) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0";
+        assert_eq!(super::stat_ticks(line, "a) b"), Some(300));
+        assert_eq!(super::stat_ticks(line, "a"), None);
     }
 
     /// The index names the purge delay in the linked mimalloc: its default

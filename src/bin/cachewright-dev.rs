@@ -99,8 +99,10 @@ struct BenchArgs {
     /// Seconds per phase
     #[arg(long, default_value_t = 10)]
     seconds: u64,
-    /// Which changes --watch makes: titles only, or a platform's mix of
-    /// uploads, deletes, category moves, status flips and catalogue edits
+    /// Which changes --watch makes: titles only, a platform's mix of
+    /// uploads, deletes, category moves, status flips and catalogue edits,
+    /// or that mix without its catalogue edits (the same batch at any
+    /// catalogue size)
     #[arg(long, value_enum, default_value = "platform")]
     mix: cachewright::dev::change_mix::Mix,
     /// Seed of the --watch mix's choices (which videos, categories and

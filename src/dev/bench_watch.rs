@@ -69,6 +69,106 @@ pub struct Drain {
     pub per_s: f64,
     /// How long MongoDB took to take the backlog while the watcher waited.
     pub sent_seconds: f64,
+    /// Where the drain's CPU went, in µs per change applied.
+    pub cpu_us_per_change: DrainCpu,
+    /// Redis's costliest commands over the drain (`INFO commandstats`,
+    /// every master), by the time Redis spent in them. `EXEC` and `EVAL`
+    /// include the commands they ran, which are listed by name too.
+    pub redis_commands: Vec<CommandCost>,
+}
+
+/// One Redis command's share of a drain, per change applied.
+#[derive(Debug, Serialize)]
+pub struct CommandCost {
+    pub command: String,
+    pub calls_per_change: f64,
+    pub us_per_change: f64,
+}
+
+/// Calls and µs by command name from `INFO commandstats` replies,
+/// summed over the masters (`cmdstat_set:calls=3,usec=25,...`).
+fn command_stats(infos: &[(String, String)]) -> HashMap<String, (u64, u64)> {
+    let mut stats: HashMap<String, (u64, u64)> = HashMap::new();
+    for (_, info) in infos {
+        for line in info.lines() {
+            let Some((name, fields)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else { continue };
+            let field =
+                |f: &str| fields.split(',').find_map(|kv| kv.strip_prefix(f)?.strip_prefix('=')?.parse::<u64>().ok());
+            let entry = stats.entry(name.to_string()).or_default();
+            entry.0 += field("calls").unwrap_or(0);
+            entry.1 += field("usec").unwrap_or(0);
+        }
+    }
+    stats
+}
+
+/// The commands Redis spent most time in between two readings of
+/// [`command_stats`], costliest first, at most `top`.
+fn costliest(
+    before: &HashMap<String, (u64, u64)>,
+    after: &HashMap<String, (u64, u64)>,
+    changes: u64,
+    top: usize,
+) -> Vec<CommandCost> {
+    let per = changes.max(1) as f64;
+    let mut costs: Vec<CommandCost> = after
+        .iter()
+        .map(|(name, &(calls, usec))| {
+            let (c0, u0) = before.get(name).copied().unwrap_or_default();
+            CommandCost {
+                command: name.clone(),
+                calls_per_change: calls.saturating_sub(c0) as f64 / per,
+                us_per_change: usec.saturating_sub(u0) as f64 / per,
+            }
+        })
+        .filter(|c| c.calls_per_change > 0.0)
+        .collect();
+    costs.sort_by(|a, b| b.us_per_change.total_cmp(&a.us_per_change));
+    costs.truncate(top);
+    costs
+}
+
+/// CPU per change while a backlog drained, by process: this one (the
+/// watcher, the driver's reads and the writer; `state` is the watcher's
+/// in-memory part of it), every `redis-server` on the machine (masters
+/// and replicas) and every `secantusd-rs`. What bounds the drain on a
+/// shared 2-core machine is their sum as much as any one of them.
+#[derive(Debug, Serialize)]
+pub struct DrainCpu {
+    pub cachewright: f64,
+    pub state: f64,
+    pub redis: f64,
+    pub mongodb: f64,
+}
+
+/// CPU readings at one instant, for [`DrainCpu`].
+struct CpuMark {
+    own: Duration,
+    state_us: u64,
+    redis: Duration,
+    mongodb: Duration,
+}
+
+impl CpuMark {
+    fn now(metrics: &WatchMetrics) -> CpuMark {
+        use crate::usage::{cpu_time, cpu_time_of};
+        CpuMark {
+            own: cpu_time(),
+            state_us: metrics.state_cpu_us.load(Ordering::Relaxed),
+            redis: cpu_time_of("redis-server"),
+            mongodb: cpu_time_of("secantusd-rs"),
+        }
+    }
+
+    fn per_change(&self, later: &CpuMark, changes: u64) -> DrainCpu {
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / changes.max(1) as f64;
+        DrainCpu {
+            cachewright: us(later.own.saturating_sub(self.own)),
+            state: later.state_us.saturating_sub(self.state_us) as f64 / changes.max(1) as f64,
+            redis: us(later.redis.saturating_sub(self.redis)),
+            mongodb: us(later.mongodb.saturating_sub(self.mongodb)),
+        }
+    }
 }
 
 /// A line of this process's `/proc/self/status` in MiB: `VmHWM` (the
@@ -221,7 +321,10 @@ pub async fn run(cfg: &Config, mix: Mix, seed: Option<u64>, rate: u64, seconds: 
     let settled_rss_mib = status_mib("VmRSS");
     let (peak_rss_mib, process_peak_rss_mib) = (status_mib("VmHWM"), process_peak.max(status_mib("VmHWM")));
     let drain = match &hold {
-        Some((hold, _)) => Some(drain(hold, &metrics, &mut changes, total + backlog).await),
+        Some((hold, _)) => {
+            let sink = crate::sink::Sink::connect(&cfg.redis()).await?;
+            Some(drain(hold, &sink, &metrics, &mut changes, total + backlog).await)
+        }
         None => None,
     };
     stop_tx.cancel();
@@ -348,7 +451,14 @@ async fn forwarder(cfg: &Config) -> super::DevResult<Option<(super::hold::Hold, 
 /// in the change streams at once, and the rate is the watcher's own
 /// (with the streams' reads), not MongoDB's pace of taking writes, which
 /// bounds phase 2 on a slow server.
-async fn drain(hold: &super::hold::Hold, metrics: &WatchMetrics, changes: &mut Changes, first: u64) -> Drain {
+async fn drain(
+    hold: &super::hold::Hold,
+    sink: &crate::sink::Sink,
+    metrics: &WatchMetrics,
+    changes: &mut Changes,
+    first: u64,
+) -> Drain {
+    let commands = || async { sink.topology().infos(sink, &["commandstats"]).await.map(|i| command_stats(&i)) };
     hold.hold();
     let base = metrics.total_applied();
     let started = Instant::now();
@@ -363,9 +473,59 @@ async fn drain(hold: &super::hold::Hold, metrics: &WatchMetrics, changes: &mut C
     }
     while inflight.next().await.is_some() {}
     let sent_seconds = started.elapsed().as_secs_f64();
+    // MongoDB is idle again (it took the backlog); what follows is the
+    // drain's CPU. The second reading comes as the last change is seen
+    // applied; were some change never to arrive, it would come 15 s later
+    // and hold that idle time's CPU too (every change of the mixes
+    // changes something, so each has an event).
+    let stats_before = commands().await.unwrap_or_default();
+    let before = CpuMark::now(metrics);
     let released = Instant::now();
     hold.release();
     let (applied, last_batch) = until_applied(metrics, base, sent, released).await;
+    let cpu_us_per_change = before.per_change(&CpuMark::now(metrics), applied);
+    let redis_commands = match commands().await {
+        Ok(after) => costliest(&stats_before, &after, applied, 8),
+        Err(err) => {
+            tracing::warn!(error = %err, "could not read Redis's command stats after the drain");
+            Vec::new()
+        }
+    };
     let seconds = last_batch.duration_since(released).as_secs_f64().max(0.001);
-    Drain { changes: applied, seconds, per_s: applied as f64 / seconds, sent_seconds }
+    Drain {
+        changes: applied,
+        seconds,
+        per_s: applied as f64 / seconds,
+        sent_seconds,
+        cpu_us_per_change,
+        redis_commands,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{command_stats, costliest};
+
+    /// Two masters' `INFO commandstats` are summed by command, and the
+    /// drain's share is what grew between the readings, costliest first.
+    #[test]
+    fn command_stats_are_summed_over_masters_and_diffed() {
+        let info = |set: u64, eval: u64| {
+            format!(
+                "# Commandstats\r\ncmdstat_set:calls={set},usec={},usec_per_call=2.00,rejected_calls=0,failed_calls=0\r\n\
+                 cmdstat_eval:calls={eval},usec={},usec_per_call=10.00\r\n",
+                set * 2,
+                eval * 10
+            )
+        };
+        let before = command_stats(&[("a".into(), info(10, 1)), ("b".into(), info(5, 0))]);
+        assert_eq!(before["set"], (15, 30));
+        assert_eq!(before["eval"], (1, 10));
+        let after = command_stats(&[("a".into(), info(30, 5)), ("b".into(), info(5, 2))]);
+        let costs = costliest(&before, &after, 10, 8);
+        let names: Vec<&str> = costs.iter().map(|c| c.command.as_str()).collect();
+        assert_eq!(names, ["eval", "set"], "60 µs of EVAL before 40 of SET");
+        assert_eq!((costs[0].calls_per_change, costs[0].us_per_change), (0.6, 6.0));
+        assert_eq!((costs[1].calls_per_change, costs[1].us_per_change), (2.0, 4.0));
+    }
 }

@@ -32,8 +32,26 @@ fn rank_of(videos: &Videos, h: Handle) -> Rank<'_> {
 struct Ordered(Vec<Handle>);
 
 impl Ordered {
+    /// Where `rank` stands: `Ok` at a member of that rank, `Err` where it
+    /// would go. Each probe reads a video's record, a cache miss in a
+    /// large store, so the probes are spared what they can be:
+    /// - `addedTime` decides nearly every probe; the written id (for an
+    ///   id that is not an ObjectId, a lookup of its own) is read only on
+    ///   a tie;
+    /// - the newest member is tried first: uploads, and deletes and edits
+    ///   of what just came, land there, and it is the scope's most read
+    ///   record (home sections start from it).
     fn find(&self, videos: &Videos, rank: &Rank<'_>) -> Result<usize, usize> {
-        self.0.binary_search_by(|&h| rank_of(videos, h).cmp(rank))
+        let (Reverse(added), written) = *rank;
+        let probe = |&h: &Handle| added.cmp(&videos.added(h)).then_with(|| videos.rank(h).1.cmp(&written));
+        match self.0.first().map(probe) {
+            None | Some(Ordering::Greater) => Err(0),
+            Some(Ordering::Equal) => Ok(0),
+            Some(Ordering::Less) => match self.0[1..].binary_search_by(probe) {
+                Ok(at) => Ok(at + 1),
+                Err(at) => Err(at + 1),
+            },
+        }
     }
 }
 
@@ -426,6 +444,40 @@ mod tests {
         assert_eq!(next(m.after_in_tag(T1, 7, w("c").as_ref())), (2, None));
         assert_eq!(next(m.after_in_tag(T2, 7, w("c").as_ref())), (0, None));
         assert_eq!((m.count_of_category(Some(C1)), m.count_of_category(Some(C2))), (3, 0));
+    }
+
+    /// `find` (the newest member first, `addedTime` before the id) answers
+    /// as a plain binary search over whole ranks, for ranks filed or not:
+    /// newer than all, older than all, tied on time, between.
+    #[test]
+    fn finding_a_rank_answers_as_a_search_over_whole_ranks() {
+        let mut s = Store::default();
+        let mut seed = 7u64;
+        let mut below = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for n in 0..300 {
+            let (id, added) = (format!("v{n}"), below(40) as i64 - 5);
+            s.file(&id, added, &[C1], &[]);
+            if n % 3 == 0 {
+                s.file(&format!("w{n}"), 100, &[C2], &[]);
+            }
+        }
+        for scope in [C1, C2] {
+            let ordered = &s.members.by_category[&scope];
+            for _ in 0..2_000 {
+                let id = w(&format!("{}{}", ["v", "w", "a", "z"][below(4) as usize], below(330)));
+                let added = below(50) as i64 - 7 + 93 * i64::from(below(2) == 0);
+                let rank = (Reverse(added), id.as_ref());
+                let plain = ordered.0.binary_search_by(|&h| rank_of(&s.videos, h).cmp(&rank));
+                assert_eq!(ordered.find(&s.videos, &rank), plain, "{} at {added} in {scope}", id.as_ref().text());
+            }
+            for &h in &ordered.0 {
+                assert_eq!(ordered.find(&s.videos, &rank_of(&s.videos, h)).map(|at| ordered.0[at]), Ok(h));
+            }
+        }
+        assert_eq!(Ordered::default().find(&s.videos, &(Reverse(1), w("a").as_ref())), Err(0));
     }
 
     #[test]

@@ -17,6 +17,7 @@ use crate::plan::patch::Patch;
 use crate::plan::video::{Member, Selection, distinct, plan_selected, resolve};
 use crate::plan::{self, Change, Op, PlanCtx, Value};
 use crate::registry::{FamilyId, HomeSectionKind};
+use rustc_hash::FxHashSet;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// What Redis holds of the touched videos: the categories their
@@ -221,10 +222,14 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     // patched; the rebuild's planner gives the other videos' sets, and
     // the scopes' keys come off their ordered members.
     let mut set_patches: Vec<Patch> = Vec::new();
-    let mut selected = rustc_hash::FxHashSet::default();
+    let mut patched: FxHashSet<&str> = FxHashSet::default();
+    let mut selected = FxHashSet::default();
     for w in &videos {
         match categories_patch(state, applied, redis, ctx, (&flipped, &sure_flips), w) {
-            Some(patch) => set_patches.push(patch),
+            Some(patch) => {
+                set_patches.push(patch);
+                patched.insert(w.as_str());
+            }
             None => drop(selected.insert(w.clone())),
         }
     }
@@ -245,28 +250,27 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         let walk = |f: &mut dyn FnMut(Member<'_>)| out.visited += visit(state, catalog, &sel, f);
         ops.extend(plan_selected(walk, catalog, ctx, &sel));
     }
-    let mut planned: HashSet<String> = ops.iter().map(|op| op.key.text.clone()).collect();
+    let mut planned: FxHashSet<String> = ops.iter().map(|op| op.key.text.clone()).collect();
     planned.extend(scoped.kept);
     let tracked = super::state::tracked_families();
     for op in ops {
         // A scope's key whose value is what this process last wrote
         // there is left alone: most of a busy batch's home sections and
-        // lists come out as they were.
-        let d = tracked.contains(op.key.family).then(|| digest(&op.value));
-        if d.is_some() && state.existing.digest(&op.key.text) == d {
-            continue;
+        // lists come out as they were. Per-video keys are not tracked, so
+        // the record leaves them out (the state would only skip them).
+        if tracked.contains(op.key.family) {
+            let d = digest(&op.value);
+            if state.existing.digest(&op.key.text) == Some(d) {
+                continue;
+            }
+            let held = Held { digest: Some(d), size: op.value.elements() };
+            out.record.written.push((op.key.text.clone(), Some(held)));
         }
-        let held = d.map(|d| Held { digest: Some(d), size: op.value.elements() });
-        out.record.written.push((op.key.text.clone(), held));
         out.changes.push(Change::Put(op));
     }
-    // Recorded as written, like a whole set (the state files no
-    // per-video key); one the patch empties is dropped by Redis itself.
-    for patch in set_patches {
-        planned.insert(patch.key.text.clone());
-        out.record.written.push((patch.key.text.clone(), None));
-        out.changes.push(Change::Patch(patch));
-    }
+    // A set the patch empties is dropped by Redis itself. Like every
+    // per-video key it is not recorded (see above).
+    out.changes.extend(set_patches.into_iter().map(Change::Patch));
     for (steps, size) in scoped.patches {
         let mut steps = steps.into_iter();
         let Some(first) = steps.next() else { continue };
@@ -291,10 +295,12 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     // Keys of the affected scopes that the new state no longer has. A
     // category's tag lists are its tags' scope, unless the category
     // itself turned (in)active.
-    for w in &videos {
-        let key = ctx.keys.key(FamilyId::VideoCategories, &[w]);
-        if !planned.contains(&key.text) && ctx.families.contains(FamilyId::VideoCategories) {
-            out.changes.push(Change::Delete(key));
+    if ctx.families.contains(FamilyId::VideoCategories) {
+        for w in videos.iter().filter(|w| !patched.contains(w.as_str())) {
+            let key = ctx.keys.key(FamilyId::VideoCategories, &[w]);
+            if !planned.contains(&key.text) {
+                out.changes.push(Change::Delete(key));
+            }
         }
     }
     let mut stale: BTreeSet<&String> = BTreeSet::new();

@@ -255,6 +255,11 @@ impl Videos {
         self.slab().written(h)
     }
 
+    /// A held document's `addedTime` in epoch milliseconds (0 when absent).
+    pub fn added(&self, h: Handle) -> i64 {
+        self.recs[h as usize].added_ms()
+    }
+
     /// Where a filed video ranks in a scope: its `addedTime` and written id.
     pub fn rank(&self, h: Handle) -> (i64, WidRef<'_>) {
         let rec = &self.recs[h as usize];

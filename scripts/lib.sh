@@ -47,9 +47,10 @@ ensure_secantus() {
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# Waits until $1 listens, up to $3 tenths of a second (default 100).
 wait_port() {
-  local port=$1 what=$2 i
-  for i in $(seq 1 100); do
+  local port=$1 what=$2 tries=${3:-100} i
+  for i in $(seq 1 "$tries"); do
     if port_open "$port"; then return 0; fi
     sleep 0.1
   done
@@ -78,7 +79,9 @@ start_mongo() {
     --cache-size 1G --log-file-max 16MB --log-level WARNING --oplog-max-entries 20000000 \
     >"$RUN_DIR/mongo-$port.log" 2>&1 &
   echo $! >"$RUN_DIR/mongo-$port.pid"
-  wait_port "$port" secantusd-rs
+  # Opening a data directory that holds millions of videos takes it
+  # longer than 10 s (the benchmarks' 5M data set did).
+  wait_port "$port" secantusd-rs 1200
 }
 
 # Starts a Redis Cluster of masters on the given ports (no replicas)

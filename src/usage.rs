@@ -147,8 +147,13 @@ mod tests {
         assert!(super::cpu_time() > std::time::Duration::ZERO);
         assert!(super::peak_rss().unwrap_or(0) > 0);
         assert!(super::thread_cpu_time() > std::time::Duration::ZERO);
+        // `/proc` counts CPU in clock ticks (10 ms here): spin until this
+        // process has used several, so a fresh test process cannot read 0.
+        while super::cpu_time() < std::time::Duration::from_millis(50) {
+            x = x.wrapping_add(x.rotate_left(7));
+        }
         let comm = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
-        assert!(super::cpu_time_of(comm.trim()) > std::time::Duration::ZERO, "this process is among {comm:?}");
+        assert!(super::cpu_time_of(comm.trim()) > std::time::Duration::ZERO, "this process is among {comm:?} ({x})");
         assert_eq!(super::cpu_time_of("no such command"), std::time::Duration::ZERO);
     }
 

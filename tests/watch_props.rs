@@ -641,6 +641,42 @@ fn a_batch_visits_only_the_members_of_the_scopes_it_touched() {
     assert!(plan.visited <= n, "visited {} for a change in c1", plan.visited);
 }
 
+/// A home section follows from what it listed and the batch's videos:
+/// a video below its last one leaves it unwritten, a newer one enters
+/// it, and when a listed one leaves, what comes next is read from the
+/// members. Each batch is checked against a full rebuild.
+#[test]
+fn a_home_section_follows_from_what_it_listed_and_the_moved_videos() {
+    let (mut mongo, mut state, mut store) = two_categories(20);
+    let cfg = config();
+    let ctx = plan_ctx(&cfg, FamilySet::all());
+    let home = ctx.keys.key(cachewright::registry::FamilyId::VideoListHome, &["ch0", "latest"]).text;
+    let video = |cat: &str, ms: i64| doc! { "title": "x", "listStatus": 1, "categoryIds": [cat], "addedTime": DateTime::from_millis(ms) };
+    let mut batch = |steps: &[Step]| {
+        let plan = one_batch(&mut mongo, &mut state, &mut store, steps);
+        let written = plan.changes.iter().any(|c| c.key().text == home);
+        let listed: Vec<String> =
+            state.existing.home_list(&home).into_iter().flatten().map(|(_, w)| w.text()).collect();
+        (written, listed)
+    };
+    // The channel lists c1's videos (odd `w`, `addedTime` = their number), 3 of them.
+    let (written, listed) = batch(&[Step::Put(Coll::Video, 20, video("c1", 100))]);
+    assert!(written);
+    assert_eq!(listed, ["v20", "w39", "w37"]);
+    let (written, listed) = batch(&[Step::Put(Coll::Video, 21, video("c1", 5))]);
+    assert!(!written, "a video below the last listed one changes nothing");
+    assert_eq!(listed, ["v20", "w39", "w37"]);
+    let (written, listed) = batch(&[Step::Put(Coll::Video, 21, video("c1", 200))]);
+    assert!(written);
+    assert_eq!(listed, ["v21", "v20", "w39"]);
+    let (_, listed) = batch(&[Step::Put(Coll::Video, 20, video("c1", 1))]);
+    assert_eq!(listed, ["v21", "w39", "w37"], "w37 comes back from the members");
+    let (_, listed) = batch(&[Step::Delete(Coll::Video, 21), Step::Put(Coll::Video, 22, video("c0", 1000))]);
+    assert_eq!(listed, ["w39", "w37", "w35"]);
+    let (written, _) = batch(&[Step::Put(Coll::Video, 23, video("c0", 2000))]);
+    assert!(!written, "a video of a category the channel does not list");
+}
+
 #[test]
 fn a_big_category_renamed_touches_its_catalogue_keys_and_flipped_patches_its_members_sets() {
     let n = 9_000;

@@ -30,6 +30,7 @@ pub mod delta;
 pub mod drift;
 mod engine;
 mod handles;
+mod homes;
 mod load;
 pub mod members;
 mod memo;

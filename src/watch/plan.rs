@@ -9,14 +9,15 @@
 //! (the property test compares every batch with a full rebuild).
 
 use super::delta::{self, Deltas};
+use super::homes::{HomeReach, Moved, plan_homes};
 use super::state::{Applied, Held, Record, Scopes, State};
 use crate::model::catalog::Catalog;
-use crate::model::compact::{Sym, WidRef};
+use crate::model::compact::{Sym, Wid, WidRef};
 use crate::model::report::RefReport;
 use crate::plan::patch::Patch;
 use crate::plan::video::{Member, Selection, distinct, plan_selected, resolve};
 use crate::plan::{self, Change, Op, PlanCtx, Value};
-use crate::registry::{FamilyId, HomeSectionKind};
+use crate::registry::FamilyId;
 use rustc_hash::FxHashSet;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -174,6 +175,16 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     for c in &flipped {
         videos.extend(state.members().of_category(state.syms.get(c)).map(|w| w.text()));
     }
+    // Home sections merged again whatever they listed: those of the
+    // channels the batch or a failed one changed, and of the categories
+    // that turned (in)active or a failed batch may have half-written.
+    let mut forced = channels.clone();
+    for ch in &catalog.channels {
+        if ch.categories.iter().any(|r| cats.contains(&r.id)) {
+            forced.insert(ch.id.clone());
+        }
+    }
+    let mut moved: Vec<Moved> = Vec::new();
 
     // Touched videos: the detail always; the index scopes only when what
     // they index may have changed, here or in what Redis holds.
@@ -195,6 +206,8 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
             continue;
         }
         videos.insert(w.clone());
+        let rank = |v: &Option<super::state::IndexView>| v.as_ref().map(|(added, refs, _)| (*added, refs.clone()));
+        moved.push(Moved { id: Wid::new(w), before: rank(before_view), now: rank(&now_view) });
         cats.extend(before_cats.iter().cloned());
         cats.extend(redis_cats);
         // The detail Redis holds names the categories and tags it was
@@ -240,7 +253,8 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         channels: Some(Default::default()),
         videos: Some(selected),
     };
-    let mut ops = plan_homes(state, ctx, &channels);
+    let reach = HomeReach::new(state.catching_up || state.replayed, forced, moved);
+    let (mut ops, kept_homes) = plan_homes(state, ctx, &channels, Some(&reach), &mut out.record.homes);
     let whole_cats: BTreeSet<String> = state.dirty.categories.union(&flipped).cloned().collect();
     let whole = Whole { all: state.catching_up || state.replayed, cats: &whole_cats, tags: &whole_tags };
     let deltas = Deltas::new(state, applied, patch_step);
@@ -252,6 +266,7 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     }
     let mut planned: FxHashSet<String> = ops.iter().map(|op| op.key.text.clone()).collect();
     planned.extend(scoped.kept);
+    planned.extend(kept_homes);
     let tracked = super::state::tracked_families();
     for op in ops {
         // A scope's key whose value is what this process last wrote
@@ -503,7 +518,7 @@ pub(super) fn plan_scope(state: &State, ctx: &PlanCtx, scope: crate::registry::S
                 whole_tag(state, ctx, &args, state.syms.get(&owner.id), &mut visited, &mut out);
             }
         }
-        Scope::Channel => out = plan_homes(state, ctx, &BTreeSet::from([id.to_string()])),
+        Scope::Channel => out = plan_homes(state, ctx, &BTreeSet::from([id.to_string()]), None, &mut Vec::new()).0,
         Scope::Video => {
             let sel = Selection {
                 categories: Some(Default::default()),
@@ -622,31 +637,6 @@ fn patch_tag(
         }
         None => false,
     }
-}
-
-/// The home sections of the selected channels: per section the newest
-/// `limit` distinct members of the channel's active categories, read off
-/// their ordered members (a merge), never by looking a video up.
-fn plan_homes(state: &State, ctx: &PlanCtx, channels: &BTreeSet<String>) -> Vec<Op> {
-    let catalog = &state.catalog;
-    let mut out = Vec::new();
-    if !ctx.families.contains(FamilyId::VideoListHome) {
-        return out;
-    }
-    for ch in catalog.channels.iter().filter(|ch| channels.contains(&ch.id)) {
-        let mut cats: Vec<&str> = ch.categories.iter().map(|r| r.id.as_str()).collect();
-        cats.sort_unstable();
-        cats.dedup();
-        let syms: Vec<_> =
-            cats.iter().filter(|c| catalog.active_category(c).is_some()).filter_map(|c| state.syms.get(c)).collect();
-        for section in &ctx.home_sections {
-            let HomeSectionKind::Latest = section.kind;
-            let picked = state.members().newest_of(syms.iter().copied(), section.limit);
-            let scored = picked.into_iter().map(|(added, w)| (added, w.text())).collect();
-            ctx.emit(&mut out, FamilyId::VideoListHome, &[&ch.id, &section.name], Value::Zset(scored));
-        }
-    }
-    out
 }
 
 /// Visits the selected videos (distinct: a set) that are active. Gives

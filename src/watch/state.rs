@@ -58,7 +58,17 @@ pub struct Existing {
     /// job or a failed batch leaves it unknown; the key is then written
     /// whole whatever its value, and only a known key is patched.
     pub held: HashMap<String, Held>,
+    /// What each home section lists, as of the value whose digest is
+    /// kept beside it: valid only while [`Existing::held`] still gives
+    /// that digest, so whatever makes the key unknown or rewrites it
+    /// (a load, a job, a failed or deferred write) retires it too.
+    /// Bounded by the channels: a few hundred entries per section.
+    home_lists: HashMap<String, (u128, HomeList)>,
 }
+
+/// The videos a home section lists, in its order: `addedTime` and
+/// written id.
+pub type HomeList = Vec<(i64, crate::model::compact::Wid)>;
 
 /// What a tracked key is known to hold (see [`Existing::held`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +151,21 @@ impl Existing {
         for name in names {
             self.insert(keys, name, None);
         }
+    }
+
+    /// Keeps what a home section lists, as of the value the key is known
+    /// to hold now (nothing when that is unknown).
+    pub fn set_home_list(&mut self, key: &str, list: HomeList) {
+        match self.digest(key) {
+            Some(digest) => drop(self.home_lists.insert(key.to_string(), (digest, list))),
+            None => drop(self.home_lists.remove(key)),
+        }
+    }
+
+    /// What a home section lists, while the key still holds that value.
+    pub fn home_list(&self, key: &str) -> Option<&HomeList> {
+        let (digest, list) = self.home_lists.get(key)?;
+        (self.digest(key) == Some(*digest)).then_some(list)
     }
 
     /// The digest of a tracked key's value, when known.
@@ -252,6 +277,8 @@ pub struct Record {
     /// Whether the batch re-planned every catalogue key (see
     /// [`State::catalog_unsure`]).
     pub whole_catalog: bool,
+    /// The home sections the batch computed, with what they list.
+    pub homes: Vec<(String, HomeList)>,
 }
 
 /// What the index families read of an active video: `addedTime`, and its
@@ -827,6 +854,9 @@ impl State {
         }
         for (key, held) in written {
             self.existing.insert(keys, key, *held);
+        }
+        for (key, list) in &record.homes {
+            self.existing.set_home_list(key, list.clone());
         }
         drop(applied);
         self.videos.commit();

@@ -179,11 +179,7 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     // channels the batch or a failed one changed, and of the categories
     // that turned (in)active or a failed batch may have half-written.
     let mut forced = channels.clone();
-    for ch in &catalog.channels {
-        if ch.categories.iter().any(|r| cats.contains(&r.id)) {
-            forced.insert(ch.id.clone());
-        }
-    }
+    forced.extend(reading(&catalog.channels, &cats));
     let mut moved: Vec<Moved> = Vec::new();
 
     // Touched videos: the detail always; the index scopes only when what
@@ -225,11 +221,7 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
 
     // A category's channels' home sections read it.
     let old_channels = applied.before.as_ref().map(|b| b.channels(catalog)).unwrap_or_default();
-    for ch in catalog.channels.iter().chain(old_channels) {
-        if ch.categories.iter().any(|r| cats.contains(&r.id)) {
-            channels.insert(ch.id.clone());
-        }
-    }
+    channels.extend(reading(catalog.channels.iter().chain(old_channels), &cats));
 
     // A video's `video:categories` whose contents the batch knows is
     // patched; the rebuild's planner gives the other videos' sets, and
@@ -253,10 +245,13 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         channels: Some(Default::default()),
         videos: Some(selected),
     };
-    let reach = HomeReach::new(state.catching_up || state.replayed, forced, moved);
+    // While the streams catch up, the state may be ahead of the cache:
+    // every scope is computed whole and every section merged.
+    let ahead = state.catching_up || state.replayed;
+    let reach = HomeReach::new(ahead, forced, moved);
     let (mut ops, kept_homes) = plan_homes(state, ctx, &channels, Some(&reach), &mut out.record.homes);
     let whole_cats: BTreeSet<String> = state.dirty.categories.union(&flipped).cloned().collect();
-    let whole = Whole { all: state.catching_up || state.replayed, cats: &whole_cats, tags: &whole_tags };
+    let whole = Whole { all: ahead, cats: &whole_cats, tags: &whole_tags };
     let deltas = Deltas::new(state, applied, patch_step);
     let scoped = plan_scopes(state, ctx, (&cats, &tags), &whole, &deltas, &mut out.visited);
     ops.extend(scoped.ops);
@@ -344,6 +339,15 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     out.changes = changes;
     out.last = last;
     out
+}
+
+/// The ids of the `channels` whose home sections read one of `cats`.
+fn reading<'a>(
+    channels: impl IntoIterator<Item = &'a crate::model::decode::Channel>,
+    cats: &BTreeSet<String>,
+) -> Vec<String> {
+    let reads = |ch: &&crate::model::decode::Channel| ch.categories.iter().any(|r| cats.contains(&r.id));
+    channels.into_iter().filter(reads).map(|ch| ch.id.clone()).collect()
 }
 
 /// Whether the cache is known to hold what the state says of video `w`

@@ -924,7 +924,9 @@ async fn set_patches_are_guarded_on_one_node_and_on_the_cluster() {
 /// the category's list loses a member behind the watcher's back (an eviction,
 /// a stray client): the next patch's size guard refuses it, the batch is
 /// taken back and replayed with the key replaced whole, and the cache
-/// equals a fresh rebuild again.
+/// equals a fresh rebuild again. A channel's home section, patched from
+/// what it listed, goes the same way when it loses a member behind the
+/// watcher's back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uploads_patch_known_keys_and_a_drifted_key_is_replaced_whole() {
     for setup in [Setup::OneNode, Setup::Cluster] {
@@ -956,6 +958,12 @@ async fn patches_and_drift(setup: Setup) {
         .insert_one(doc! {"_id": "pt", "name": "Patched", "seq": 1, "status": 1, "categoryId": "pc"})
         .await
         .unwrap();
+    // A channel that reads only that category: its home section lists
+    // the newest five of its videos (the tests' home limit).
+    d.db.collection::<Document>("Channel")
+        .insert_one(doc! {"_id": "pch", "name": "Patched", "landingUrl": "p", "categories": [{"id": "pc"}]})
+        .await
+        .unwrap();
     let videos = d.db.collection::<Document>("VideoMedia");
     let upload = |i: i64| doc! {"_id": format!("p{i}"), "title": "p", "categoryIds": ["pc"], "tagIds": ["pt"], "listStatus": 1, "addedTime": DateTime::from_millis(1_700_000_000_000 + i * 1000)};
     videos.insert_many((0..60).map(upload)).await.unwrap();
@@ -978,7 +986,10 @@ async fn patches_and_drift(setup: Setup) {
     // Once caught up, the watcher counts the index keys whose size is the
     // state's as known: every upload (new, old and in between) is a patch
     // of the category's index and list and the tag's list, and its own
-    // `video:categories` is a patch of the (empty) key it read.
+    // `video:categories` is a patch of the (empty) key it read. The
+    // second is also a patch of the channel's home section (one in, the
+    // oldest of five out): the first batch merged it (nothing listed yet
+    // since the load), and the older uploads leave it as it is.
     let patched = || watcher.metrics.patched_keys.load(std::sync::atomic::Ordering::Relaxed);
     for (i, id) in [(100, "p100"), (101, "p101"), (-5, "p-5"), (30, "p30b")].into_iter().enumerate() {
         let mut doc = upload(id.0);
@@ -987,8 +998,8 @@ async fn patches_and_drift(setup: Setup) {
         applied(detail_of(id.1)).await;
         // The count moves just after the batch's last write lands. Its
         // fourth patch is the upload's own `video:categories`.
-        let wanted = 4 * (i as u64 + 1);
-        common::wait_for(&format!("upload {i} patched four keys"), Duration::from_secs(10), || async move {
+        let wanted = [4, 9, 13, 17][i];
+        common::wait_for(&format!("upload {i} patched {wanted} keys"), Duration::from_secs(10), || async move {
             patched() >= wanted
         })
         .await;
@@ -1024,12 +1035,34 @@ async fn patches_and_drift(setup: Setup) {
     videos.insert_one(upload(200)).await.unwrap();
     applied(detail_of("p200")).await;
     d.settle(&url, &prefix).await;
+    let failed = || watcher.metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(failed() >= 1, "the patch over the drifted list was refused");
+    assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 52).await;
+
+    // The same for the home section: once it is patched again, it loses
+    // its oldest member behind the watcher's back. The next upload's patch
+    // is refused, and the batch's replay writes the section whole.
+    let home = format!("{prefix}:video:list:home:pch:latest");
+    for (i, at) in [(0, 300), (1, 301)] {
+        let before = patched();
+        let mut doc = upload(at);
+        doc.insert("_id", format!("h{i}"));
+        videos.insert_one(doc).await.unwrap();
+        applied(detail_of(&format!("h{i}"))).await;
+        common::wait_for("the upload's batch landed", Duration::from_secs(10), || async move { patched() > before })
+            .await;
+    }
+    let was = failed();
+    let _: Vec<String> = redis::cmd("ZPOPMIN").arg(&home).query_async(&mut conn).await.unwrap();
+    videos.insert_one(upload(400)).await.unwrap();
+    applied(detail_of("p400")).await;
+    d.settle(&url, &prefix).await;
     let metrics = watcher.stop().await;
     assert!(
-        metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed) >= 1,
-        "the patch over the drifted list was refused"
+        metrics.failed_batches.load(std::sync::atomic::Ordering::Relaxed) > was,
+        "the patch over the drifted home section was refused"
     );
-    assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 52).await;
+    assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 54).await;
 }
 
 /// Issue 22's manual fail-over: on a 6-node cluster (3 masters with a

@@ -654,26 +654,35 @@ fn a_home_section_follows_from_what_it_listed_and_the_moved_videos() {
     let video = |cat: &str, ms: i64| doc! { "title": "x", "listStatus": 1, "categoryIds": [cat], "addedTime": DateTime::from_millis(ms) };
     let mut batch = |steps: &[Step]| {
         let plan = one_batch(&mut mongo, &mut state, &mut store, steps);
-        let written = plan.changes.iter().any(|c| c.key().text == home);
+        let write = plan.changes.iter().find(|c| c.key().text == home);
+        let written = write.is_some();
+        let patched = write.and_then(|c| match c {
+            Change::Patch(p) => Some(p.edits.clone()),
+            _ => None,
+        });
         let listed: Vec<String> =
             state.existing.home_list(&home).into_iter().flatten().map(|(_, w)| w.text()).collect();
-        (written, listed)
+        (written, listed, patched)
     };
     // The channel lists c1's videos (odd `w`, `addedTime` = their number), 3 of them.
-    let (written, listed) = batch(&[Step::Put(Coll::Video, 20, video("c1", 100))]);
+    let (written, listed, _) = batch(&[Step::Put(Coll::Video, 20, video("c1", 100))]);
     assert!(written);
     assert_eq!(listed, ["v20", "w39", "w37"]);
-    let (written, listed) = batch(&[Step::Put(Coll::Video, 21, video("c1", 5))]);
+    let (written, listed, _) = batch(&[Step::Put(Coll::Video, 21, video("c1", 5))]);
     assert!(!written, "a video below the last listed one changes nothing");
     assert_eq!(listed, ["v20", "w39", "w37"]);
-    let (written, listed) = batch(&[Step::Put(Coll::Video, 21, video("c1", 200))]);
+    let (written, listed, patched) = batch(&[Step::Put(Coll::Video, 21, video("c1", 200))]);
     assert!(written);
     assert_eq!(listed, ["v21", "v20", "w39"]);
-    let (_, listed) = batch(&[Step::Put(Coll::Video, 20, video("c1", 1))]);
+    // Known to hold what it listed, the section is patched: the video
+    // that joined, and the one it pushed out.
+    assert_eq!(patched, Some(vec![Edit::ZAdd(200, "v21".into()), Edit::ZRem("w37".into())]));
+    let (_, listed, patched) = batch(&[Step::Put(Coll::Video, 20, video("c1", 1))]);
     assert_eq!(listed, ["v21", "w39", "w37"], "w37 comes back from the members");
-    let (_, listed) = batch(&[Step::Delete(Coll::Video, 21), Step::Put(Coll::Video, 22, video("c0", 1000))]);
+    assert_eq!(patched, None, "a merged section is written whole");
+    let (_, listed, _) = batch(&[Step::Delete(Coll::Video, 21), Step::Put(Coll::Video, 22, video("c0", 1000))]);
     assert_eq!(listed, ["w39", "w37", "w35"]);
-    let (written, _) = batch(&[Step::Put(Coll::Video, 23, video("c0", 2000))]);
+    let (written, _, _) = batch(&[Step::Put(Coll::Video, 23, video("c0", 2000))]);
     assert!(!written, "a video of a category the channel does not list");
 }
 

@@ -35,6 +35,14 @@ impl Wid {
             Wid::Text(text) => WidRef::Text(text),
         }
     }
+
+    /// Calls `f` with the id as text, without allocating.
+    pub fn with_text<R>(&self, f: impl FnOnce(&str) -> R) -> R {
+        match self {
+            Wid::Hex(bytes) => f(std::str::from_utf8(&hex24(bytes)).expect("hex digits")),
+            Wid::Text(text) => f(text),
+        }
+    }
 }
 
 /// A borrowed [`Wid`]: what the video store hands out without copying

@@ -3,9 +3,16 @@
 //! listed and the videos the batch moved when that is enough, and merges
 //! the categories' ordered members when it is not. Pure, like the rest of
 //! planning; the property test compares every batch with a full rebuild.
+//!
+//! A section whose new list follows from what it listed goes to Redis as
+//! a patch: the videos that joined it or moved (`ZADD`) and those that
+//! left it (`ZREM`), guarded by the size it held, instead of its few
+//! hundred members through a stage. An upload into a channel's
+//! categories then costs its sections two edits each, not a rewrite.
 
-use super::state::{HomeList, State};
+use super::state::{Held, HomeList, State};
 use crate::model::compact::{Sym, Wid};
+use crate::plan::patch::{Edit, Patch};
 use crate::plan::{Op, PlanCtx, Value};
 use crate::registry::{FamilyId, HomeSectionKind};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -39,6 +46,21 @@ pub(super) struct HomeReach {
     /// The moved videos (their places in `moved`) by each category they
     /// referenced before or after the batch.
     by_category: FxHashMap<Sym, Vec<usize>>,
+    /// What a patch may cost Redis: one atomic unit of the sink. A
+    /// section whose patch costs more is written whole.
+    step: usize,
+}
+
+/// The home sections a batch writes.
+#[derive(Default)]
+pub(super) struct HomesPlan {
+    /// Sections written whole.
+    pub ops: Vec<Op>,
+    /// Sections patched from what they listed, each with what it then
+    /// holds (its whole value's digest, as a whole write records it).
+    pub patches: Vec<(Patch, Held)>,
+    /// Sections that list what they did.
+    pub kept: Vec<String>,
 }
 
 /// A section's new list, when the batch's moved videos give it.
@@ -49,7 +71,7 @@ enum Listed {
 }
 
 impl HomeReach {
-    pub fn new(all: bool, forced: BTreeSet<String>, moved: Vec<Moved>) -> HomeReach {
+    pub fn new(all: bool, forced: BTreeSet<String>, moved: Vec<Moved>, step: usize) -> HomeReach {
         let mut by_category: FxHashMap<Sym, Vec<usize>> = Default::default();
         for (at, m) in moved.iter().enumerate() {
             for (_, refs) in [&m.before, &m.now].into_iter().flatten() {
@@ -61,7 +83,7 @@ impl HomeReach {
                 }
             }
         }
-        HomeReach { all, forced, moved, by_category }
+        HomeReach { all, forced, moved, by_category, step }
     }
 
     /// The new list of section `key` of channel `ch` over the categories
@@ -113,20 +135,20 @@ impl HomeReach {
 /// The home sections of the selected channels: per section the newest
 /// `limit` distinct members of the channel's active categories, read off
 /// their ordered members (a merge), never by looking a video up. With a
-/// `reach`, a section whose list the batch's videos give is not merged,
-/// and one that lists what it did is only named (the second list). What
-/// each written section lists goes to `lists`.
+/// `reach`, a section whose list the batch's videos give is not merged:
+/// it is patched from what it listed, or only named when it lists what
+/// it did. What each written section lists goes to `lists`.
 pub(super) fn plan_homes(
     state: &State,
     ctx: &PlanCtx,
     channels: &BTreeSet<String>,
     reach: Option<&HomeReach>,
     lists: &mut Vec<(String, HomeList)>,
-) -> (Vec<Op>, Vec<String>) {
+) -> HomesPlan {
     let catalog = &state.catalog;
-    let (mut out, mut kept) = (Vec::new(), Vec::new());
+    let mut out = HomesPlan::default();
     if !ctx.families.contains(FamilyId::VideoListHome) {
-        return (out, kept);
+        return out;
     }
     for ch in catalog.channels.iter().filter(|ch| channels.contains(&ch.id)) {
         let mut cats: Vec<&str> = ch.categories.iter().map(|r| r.id.as_str()).collect();
@@ -137,24 +159,97 @@ pub(super) fn plan_homes(
         for section in &ctx.home_sections {
             let HomeSectionKind::Latest = section.kind;
             let key = ctx.keys.key(FamilyId::VideoListHome, &[&ch.id, &section.name]);
-            let list = match reach.and_then(|r| r.listed(state, &ch.id, &syms, &key.text, section.limit)) {
-                Some(Listed::Same) => {
-                    kept.push(key.text);
+            let listed = reach.and_then(|r| Some((r, r.listed(state, &ch.id, &syms, &key.text, section.limit)?)));
+            let (list, patch) = match listed {
+                Some((_, Listed::Same)) => {
+                    out.kept.push(key.text);
                     continue;
                 }
-                Some(Listed::New(list)) => list,
+                Some((reach, Listed::New(list))) => {
+                    let old = state.existing.home_list(&key.text);
+                    let patch = old.and_then(|old| home_patch(&key, old, &list, reach.step));
+                    (list, patch)
+                }
                 None => {
                     let picked = state.members().newest_of(syms.iter().copied(), section.limit);
-                    picked.into_iter().map(|(added, w)| (added, w.to_owned())).collect()
+                    (picked.into_iter().map(|(added, w)| (added, w.to_owned())).collect(), None)
                 }
             };
             if list.is_empty() {
                 continue;
             }
-            let scored = list.iter().map(|(added, w)| (*added, w.text())).collect();
-            lists.push((key.text.clone(), list));
-            out.push(Op { key, value: Value::Zset(scored) });
+            match patch {
+                Some(patch) => {
+                    let held = Held { digest: Some(super::plan::home_digest(&list)), size: list.len() };
+                    out.patches.push((patch, held));
+                }
+                None => {
+                    let value = Value::Zset(list.iter().map(|(added, w)| (*added, w.text())).collect());
+                    out.ops.push(Op { key: key.clone(), value });
+                }
+            }
+            lists.push((key.text, list));
         }
     }
-    (out, kept)
+    out
+}
+
+/// The patch that turns section `key` from listing `old` into listing
+/// `new` (neither empty): `ZADD` of the videos that joined it or whose
+/// `addedTime` moved, `ZREM` of those that left. `None` when it would
+/// cost more than one `step`, or more than writing `new` whole.
+fn home_patch(key: &crate::keys::Key, old: &HomeList, new: &HomeList, step: usize) -> Option<Patch> {
+    let was: FxHashMap<&Wid, i64> = old.iter().map(|(added, w)| (w, *added)).collect();
+    let stays: FxHashSet<&Wid> = new.iter().map(|(_, w)| w).collect();
+    let joins =
+        new.iter().filter(|(added, w)| was.get(w) != Some(added)).map(|(added, w)| Edit::ZAdd(*added, w.text()));
+    let leaves = old.iter().filter(|(_, w)| !stays.contains(w)).map(|(_, w)| Edit::ZRem(w.text()));
+    let edits: Vec<Edit> = joins.chain(leaves).collect();
+    if edits.is_empty() || edits.len() >= new.len() {
+        return None;
+    }
+    let patch = Patch::new(key.clone(), old.len(), edits, 0);
+    (patch.cost <= step).then_some(patch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::Keys;
+
+    fn list(items: &[(i64, &str)]) -> HomeList {
+        items.iter().map(|(added, w)| (*added, Wid::new(w))).collect()
+    }
+
+    /// The value Redis holds for a list, as [`Patch::apply`] reads it
+    /// back: by score.
+    fn held(list: &HomeList) -> Value {
+        let mut items: Vec<(i64, String)> = list.iter().map(|(added, w)| (*added, w.text())).collect();
+        items.sort();
+        Value::Zset(items)
+    }
+
+    #[test]
+    fn a_section_is_patched_by_the_videos_that_joined_moved_or_left() {
+        let key = Keys::new("app:").key(FamilyId::VideoListHome, &["ch", "latest"]);
+        let old = list(&[(9, "a"), (8, "b"), (7, "c"), (6, "d"), (5, "e")]);
+        // `n` joined, `b` moved down, `d` left.
+        let new = list(&[(10, "n"), (9, "a"), (7, "c"), (5, "e"), (4, "b")]);
+        let patch = home_patch(&key, &old, &new, usize::MAX).expect("a patch");
+        assert_eq!(patch.before, 5);
+        assert_eq!(patch.edits, [Edit::ZAdd(10, "n".into()), Edit::ZAdd(4, "b".into()), Edit::ZRem("d".into())]);
+        assert_eq!(patch.apply(Some(held(&old))), Ok(Some(held(&new))));
+        // Over one step, or no cheaper than the whole value: written whole.
+        assert_eq!(home_patch(&key, &old, &new, patch.cost - 1), None);
+        let replaced = list(&[(20, "p"), (19, "q"), (18, "r")]);
+        assert_eq!(home_patch(&key, &old, &replaced, usize::MAX), None);
+    }
+
+    #[test]
+    fn a_section_s_digest_is_its_value_s_without_rendering_it() {
+        let l = list(&[(3, "0123456789abcdef01234567"), (2, "not-hex"), (-1, "")]);
+        let value = Value::Zset(l.iter().map(|(added, w)| (*added, w.text())).collect());
+        assert_eq!(super::super::plan::home_digest(&l), super::super::plan::digest(&value));
+        assert_ne!(super::super::plan::home_digest(&l[..2].to_vec()), super::super::plan::digest(&value));
+    }
 }

@@ -57,33 +57,59 @@ pub struct BatchPlan {
 /// length (so no two values share a byte stream). Hashed directly, not
 /// through its `Debug` text, which cost most of a catalogue re-plan.
 pub(super) fn digest(value: &Value) -> u128 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut a = rustc_hash::FxBuildHasher.build_hasher();
-    let mut b = std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default().build_hasher();
-    let mut feed = |bytes: &[u8]| {
-        for h in [&mut a as &mut dyn Hasher, &mut b] {
-            h.write_usize(bytes.len());
-            h.write(bytes);
-        }
-    };
+    let mut d = Digester::default();
     match value {
         Value::String(v) => {
-            feed(b"s");
-            feed(v.as_bytes());
+            d.feed(b"s");
+            d.feed(v.as_bytes());
         }
         Value::Set(items) | Value::List(items) => {
-            feed(if matches!(value, Value::Set(_)) { b"S" } else { b"L" });
-            items.iter().for_each(|i| feed(i.as_bytes()));
+            d.feed(if matches!(value, Value::Set(_)) { b"S" } else { b"L" });
+            items.iter().for_each(|i| d.feed(i.as_bytes()));
         }
         Value::Zset(items) => {
-            feed(b"Z");
+            d.feed(b"Z");
             for (score, member) in items {
-                feed(&score.to_le_bytes());
-                feed(member.as_bytes());
+                d.feed(&score.to_le_bytes());
+                d.feed(member.as_bytes());
             }
         }
     }
-    (u128::from(a.finish()) << 64) | u128::from(b.finish())
+    d.finish()
+}
+
+/// The [`digest`] of a home section's value, from what it lists without
+/// rendering its ids.
+pub(super) fn home_digest(list: &super::state::HomeList) -> u128 {
+    let mut d = Digester::default();
+    d.feed(b"Z");
+    for (added, w) in list {
+        d.feed(&added.to_le_bytes());
+        w.with_text(|text| d.feed(text.as_bytes()));
+    }
+    d.finish()
+}
+
+/// Two independent 64-bit hashes of one byte stream.
+#[derive(Default)]
+struct Digester {
+    a: rustc_hash::FxHasher,
+    b: std::hash::DefaultHasher,
+}
+
+impl Digester {
+    fn feed(&mut self, bytes: &[u8]) {
+        use std::hash::Hasher;
+        for h in [&mut self.a as &mut dyn Hasher, &mut self.b] {
+            h.write_usize(bytes.len());
+            h.write(bytes);
+        }
+    }
+
+    fn finish(self) -> u128 {
+        use std::hash::Hasher;
+        (u128::from(self.a.finish()) << 64) | u128::from(self.b.finish())
+    }
 }
 
 /// The fields of a detail payload the index families depend on.
@@ -248,8 +274,9 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     // While the streams catch up, the state may be ahead of the cache:
     // every scope is computed whole and every section merged.
     let ahead = state.catching_up || state.replayed;
-    let reach = HomeReach::new(ahead, forced, moved);
-    let (mut ops, kept_homes) = plan_homes(state, ctx, &channels, Some(&reach), &mut out.record.homes);
+    let reach = HomeReach::new(ahead, forced, moved, patch_step);
+    let homes = plan_homes(state, ctx, &channels, Some(&reach), &mut out.record.homes);
+    let mut ops = homes.ops;
     let whole_cats: BTreeSet<String> = state.dirty.categories.union(&flipped).cloned().collect();
     let whole = Whole { all: ahead, cats: &whole_cats, tags: &whole_tags };
     let deltas = Deltas::new(state, applied, patch_step);
@@ -261,7 +288,12 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     }
     let mut planned: FxHashSet<String> = ops.iter().map(|op| op.key.text.clone()).collect();
     planned.extend(scoped.kept);
-    planned.extend(kept_homes);
+    planned.extend(homes.kept);
+    for (patch, held) in homes.patches {
+        planned.insert(patch.key.text.clone());
+        out.record.written.push((patch.key.text.clone(), Some(held)));
+        out.changes.push(Change::Patch(patch));
+    }
     let tracked = super::state::tracked_families();
     for op in ops {
         // A scope's key whose value is what this process last wrote
@@ -522,7 +554,7 @@ pub(super) fn plan_scope(state: &State, ctx: &PlanCtx, scope: crate::registry::S
                 whole_tag(state, ctx, &args, state.syms.get(&owner.id), &mut visited, &mut out);
             }
         }
-        Scope::Channel => out = plan_homes(state, ctx, &BTreeSet::from([id.to_string()]), None, &mut Vec::new()).0,
+        Scope::Channel => out = plan_homes(state, ctx, &BTreeSet::from([id.to_string()]), None, &mut Vec::new()).ops,
         Scope::Video => {
             let sel = Selection {
                 categories: Some(Default::default()),

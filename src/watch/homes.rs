@@ -101,7 +101,6 @@ impl HomeReach {
         reaching.sort_unstable();
         reaching.dedup();
         let in_channel = |refs: &[Sym]| refs.iter().any(|c| syms.contains(c));
-        let order = |a: &(i64, Wid), b: &(i64, Wid)| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1));
         let gone: FxHashSet<&Wid> = reaching.iter().map(|&at| &self.moved[at].id).collect();
         let mut came: HomeList = reaching
             .iter()
@@ -194,17 +193,43 @@ pub(super) fn plan_homes(
     out
 }
 
+/// A section's order: newest first, then by id.
+fn order(a: &(i64, Wid), b: &(i64, Wid)) -> std::cmp::Ordering {
+    b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1))
+}
+
 /// The patch that turns section `key` from listing `old` into listing
 /// `new` (neither empty): `ZADD` of the videos that joined it or whose
 /// `addedTime` moved, `ZREM` of those that left. `None` when it would
 /// cost more than one `step`, or more than writing `new` whole.
+///
+/// Both lists are in section order, so one walk over them pairs what
+/// stayed; only the few entries left over are compared by id (a moved
+/// video is one of each), not the whole section hashed.
 fn home_patch(key: &crate::keys::Key, old: &HomeList, new: &HomeList, step: usize) -> Option<Patch> {
-    let was: FxHashMap<&Wid, i64> = old.iter().map(|(added, w)| (w, *added)).collect();
-    let stays: FxHashSet<&Wid> = new.iter().map(|(_, w)| w).collect();
-    let joins =
-        new.iter().filter(|(added, w)| was.get(w) != Some(added)).map(|(added, w)| Edit::ZAdd(*added, w.text()));
-    let leaves = old.iter().filter(|(_, w)| !stays.contains(w)).map(|(_, w)| Edit::ZRem(w.text()));
-    let edits: Vec<Edit> = joins.chain(leaves).collect();
+    let mut joins: Vec<&(i64, Wid)> = Vec::new();
+    let mut left: Vec<&(i64, Wid)> = Vec::new();
+    let (mut olds, mut news) = (old.iter().peekable(), new.iter().peekable());
+    loop {
+        match (olds.peek(), news.peek()) {
+            (Some(o), Some(n)) if o == n => drop((olds.next(), news.next())),
+            (Some(o), Some(n)) if order(o, n).is_lt() => left.push(olds.next().expect("peeked")),
+            (_, Some(_)) => joins.push(news.next().expect("peeked")),
+            (Some(_), None) => left.push(olds.next().expect("peeked")),
+            (None, None) => break,
+        }
+        // Every join and every leave but a moved one is an edit.
+        if joins.len().max(left.len()) >= new.len() {
+            return None;
+        }
+    }
+    let moved: FxHashSet<&Wid> = joins.iter().map(|(_, w)| w).collect();
+    let leaves = left.into_iter().filter(|(_, w)| !moved.contains(w));
+    let edits: Vec<Edit> = joins
+        .iter()
+        .map(|(added, w)| Edit::ZAdd(*added, w.text()))
+        .chain(leaves.map(|(_, w)| Edit::ZRem(w.text())))
+        .collect();
     if edits.is_empty() || edits.len() >= new.len() {
         return None;
     }

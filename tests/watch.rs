@@ -879,7 +879,9 @@ async fn a_platform_backlog_on_a_cluster_stays_within_the_budget_and_equals_a_fu
 /// members a video joins and `SREM` of those it leaves land behind the
 /// size guard with the key's TTL; an `SADD` of a member already there or
 /// an `SREM` of one missing is refused as drift, and so is a key of
-/// another size.
+/// another size. One member flipped in many sets (a category turned
+/// active or inactive) travels as one block of the write script, guarded
+/// the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn set_patches_are_guarded_on_one_node_and_on_the_cluster() {
     use cachewright::plan::Change;
@@ -912,6 +914,58 @@ async fn set_patches_are_guarded_on_one_node_and_on_the_cluster() {
             assert!(err.is_drift(), "{setup:?}: {edit:?} from {before} members: {err}");
         }
         assert_eq!(members(&mut conn).await, ["b", "c"], "{setup:?}: a refused patch changed nothing");
+
+        // One member flipped in many sets goes as one block of the write
+        // script (`FLIPS`): every key's guard is checked before any key
+        // changes, then each key gets its edit and its TTL.
+        let keys: Vec<_> = (1..=4)
+            .map(|i| {
+                cachewright::keys::Keys::new(format!("w{name}:")).key(FamilyId::VideoCategories, &[&format!("f{i}")])
+            })
+            .collect();
+        for (i, key) in keys.iter().enumerate() {
+            let members: Vec<String> = (0..=i).map(|m| format!("m{m}")).collect();
+            let _: usize = redis::cmd("SADD").arg(&key.text).arg(&members).query_async(&mut conn).await.unwrap();
+        }
+        let flips = |sizes: [usize; 4], edit: Edit| -> Vec<Change> {
+            keys.iter()
+                .zip(sizes)
+                .map(|(k, n)| Change::Patch(Patch::new(k.clone(), n, vec![edit.clone()], 0)))
+                .collect()
+        };
+        let cards = |conn: &cachewright::sink::RedisConn| {
+            let (keys, mut conn) = (keys.clone(), conn.clone());
+            async move {
+                let mut out = Vec::new();
+                for key in &keys {
+                    let n: usize = redis::cmd("SCARD").arg(&key.text).query_async(&mut conn).await.unwrap();
+                    out.push(n);
+                }
+                out
+            }
+        };
+        sink.apply_changes(&flips([1, 2, 3, 4], Edit::SAdd("new".into()))).await.unwrap();
+        assert_eq!(cards(&conn).await, [2, 3, 4, 5], "{setup:?}");
+        sink.apply_changes(&flips([2, 3, 4, 5], Edit::SRem("m0".into()))).await.unwrap();
+        assert_eq!(cards(&conn).await, [1, 2, 3, 4], "{setup:?}");
+        for key in &keys {
+            let ttl: i64 = redis::cmd("TTL").arg(&key.text).query_async(&mut conn).await.unwrap();
+            assert!(ttl > 0, "{setup:?}: a flipped key has its TTL ({ttl})");
+            let has: bool = redis::cmd("SISMEMBER").arg(&key.text).arg("new").query_async(&mut conn).await.unwrap();
+            assert!(has, "{setup:?}: {}", key.text);
+        }
+        // A block with one key of another size is refused: on one node
+        // whole (one script); on the cluster that key's slot refuses,
+        // since each slot is its own atomic unit there.
+        let err = sink.apply_changes(&flips([1, 2, 3, 5], Edit::SRem("new".into()))).await.unwrap_err();
+        assert!(err.is_drift(), "{setup:?}: a block with one key of another size: {err}");
+        let after = cards(&conn).await;
+        match setup {
+            Setup::OneNode => assert_eq!(after, [1, 2, 3, 4], "a refused block changed no key"),
+            Setup::Cluster => assert_eq!(after[3], 4, "the drifted key's slot refused its edit"),
+        }
+        let err = sink.apply_changes(&flips([1, 2, 3, 4], Edit::SRem("m1".into()))).await.unwrap_err();
+        assert!(err.is_drift(), "{setup:?}: the first set never held m1: {err}");
     }
 }
 

@@ -14,7 +14,7 @@ use super::state::{Applied, Held, Record, Scopes, State};
 use crate::model::catalog::Catalog;
 use crate::model::compact::{Sym, Wid, WidRef};
 use crate::model::report::RefReport;
-use crate::plan::patch::Patch;
+use crate::plan::patch::{Edit, Patch};
 use crate::plan::video::{Member, Selection, distinct, plan_selected, resolve};
 use crate::plan::{self, Change, Op, PlanCtx, Value};
 use crate::registry::FamilyId;
@@ -265,6 +265,11 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         }
     }
     out.visited += set_patches.len();
+    // The members' sets one flip patches go together, so that the write
+    // script carries each run as one block (`sink::script_args`): sorted
+    // by id, the members of two categories flipped in one batch would
+    // alternate.
+    set_patches.sort_by(|a, b| flip_order(a).cmp(&flip_order(b)));
     let sel = Selection {
         categories: Some(Default::default()),
         tags: Some(Default::default()),
@@ -407,7 +412,6 @@ fn categories_patch(
     (flipped, sure): (&BTreeSet<String>, &HashSet<String>),
     w: &str,
 ) -> Option<Patch> {
-    use crate::plan::patch::Edit;
     if !ctx.families.contains(FamilyId::VideoCategories) || !trusted(state, w) {
         return None;
     }
@@ -441,6 +445,13 @@ fn categories_patch(
     let joins = now.iter().filter(|c| !old.contains(*c)).map(|c| Edit::SAdd(c.clone()));
     let leaves = old.iter().filter(|c| !now.contains(c)).map(|c| Edit::SRem(c.clone()));
     Some(Patch::new(key, old.len(), joins.chain(leaves).collect(), 0))
+}
+
+/// Where a `video:categories` patch goes among a batch's: those of one
+/// edit by that edit (joins first, then by member), the others last.
+fn flip_order(patch: &Patch) -> (bool, bool, &str) {
+    let edit = patch.edits.first().filter(|_| patch.edits.len() == 1);
+    (edit.is_none(), !matches!(edit, Some(Edit::SAdd(_))), edit.map_or("", Edit::member))
 }
 
 /// Whether a key's family is recomputed by tag too (its tag's scope
@@ -705,5 +716,30 @@ fn put(out: &mut BatchPlan, ctx: &PlanCtx, family: FamilyId, args: &[&str], valu
 fn delete(out: &mut BatchPlan, ctx: &PlanCtx, family: FamilyId, args: &[&str]) {
     if ctx.families.contains(family) {
         out.changes.push(Change::Delete(ctx.keys.key(family, args)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::Keys;
+
+    /// Two categories flipped in one batch: their members' patches come
+    /// out by flip, not by video id, so each flip is one run.
+    #[test]
+    fn set_patches_of_one_flip_go_together() {
+        let keys = Keys::new("app:");
+        let patch = |v: &str, edits: Vec<Edit>| Patch::new(keys.key(FamilyId::VideoCategories, &[v]), 2, edits, 0);
+        let mut patches = [
+            patch("v1", vec![Edit::SRem("c2".into())]),
+            patch("v2", vec![Edit::SRem("c1".into()), Edit::SAdd("c3".into())]),
+            patch("v3", vec![Edit::SRem("c1".into())]),
+            patch("v4", vec![Edit::SAdd("c9".into())]),
+            patch("v5", vec![Edit::SRem("c2".into())]),
+            patch("v6", vec![Edit::SRem("c1".into())]),
+        ];
+        patches.sort_by(|a, b| flip_order(a).cmp(&flip_order(b)));
+        let order: Vec<&str> = patches.iter().map(|p| p.key.text.rsplit(':').next().unwrap()).collect();
+        assert_eq!(order, ["v4", "v3", "v6", "v1", "v5", "v2"]);
     }
 }

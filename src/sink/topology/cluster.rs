@@ -17,6 +17,7 @@
 //! copy on its master with the writer's epoch, inside the same atomic
 //! step as the writes. See ARCHITECTURE.md, "Fencing on a cluster".
 
+use crate::sink::topology::script_args::push_commands;
 use crate::sink::write::unit::{Entry, Unit};
 use indexmap::IndexMap;
 
@@ -34,7 +35,10 @@ use crate::keys::status::{epoch_copy_key, probe_key};
 /// and the writer then replaces it whole (a patch's edits before it may
 /// have run; the key is rewritten either way). Other keys' commands are
 /// not judged: a job's `SMOVE`, cut into `SREM` and `SADD` on a cluster,
-/// may find its id already moved.
+/// may find its id already moved. A block of set flips (`FLIPS op member`
+/// then `key size seconds` per key, see `script_args.rs`) means, for
+/// each key, the guard `SIZEIS key SCARD size`, `op key member` judged
+/// the same way, and `EXPIRE key seconds`.
 macro_rules! run_commands {
     ($first:literal) => {
         concat!(
@@ -49,6 +53,11 @@ while i <= #ARGV do
     local found = redis.call(ARGV[i + 3], ARGV[i + 2])
     if found ~= tonumber(ARGV[i + 4]) then return redis.error_reply('DRIFTED ' .. ARGV[i + 2] .. ' holds ' .. found) end
     guarded[ARGV[i + 2]] = true
+  elseif ARGV[i + 1] == 'FLIPS' then
+    for j = i + 4, i + n, 3 do
+      local found = redis.call('SCARD', ARGV[j])
+      if found ~= tonumber(ARGV[j + 1]) then return redis.error_reply('DRIFTED ' .. ARGV[j] .. ' holds ' .. found) end
+    end
   end
   i = i + n + 1
 end
@@ -56,7 +65,15 @@ i = first
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
   local name = ARGV[i + 1]
-  if name ~= 'SIZEIS' then
+  if name == 'FLIPS' then
+    local op, member = ARGV[i + 2], ARGV[i + 3]
+    for j = i + 4, i + n, 3 do
+      if redis.call(op, ARGV[j], member) == 0 then
+        return redis.error_reply('DRIFTED ' .. ARGV[j] .. ' does not hold what its ' .. op .. ' expects')
+      end
+      redis.call('EXPIRE', ARGV[j], ARGV[j + 2])
+    end
+  elseif name ~= 'SIZEIS' then
     local r = redis.call(unpack(ARGV, i + 1, i + n))
     if guarded[ARGV[i + 2]] and ((name == 'LINSERT' and r <= 0) or (name == 'LREM' and r == 0)
       or ((name == 'ZREM' or name == 'SREM' or name == 'SADD') and r < n - 2)) then
@@ -221,14 +238,10 @@ pub fn group_command(status_prefix: &str, epoch: Option<u64>, parts: &[SlotPart]
     for part in parts {
         cmd.arg(probe_key(status_prefix, part.slot));
     }
-    for part in parts {
-        for command in &part.commands {
-            cmd.arg(command.len());
-            for arg in command {
-                cmd.arg(*arg);
-            }
-        }
-    }
+    let commands = parts.iter().flat_map(|part| part.commands.iter().map(Vec::as_slice));
+    push_commands(commands, |arg| {
+        cmd.arg(arg);
+    });
     cmd
 }
 
@@ -238,12 +251,9 @@ pub fn group_command(status_prefix: &str, epoch: Option<u64>, parts: &[SlotPart]
 pub fn guarded_command(commands: &[Vec<&[u8]>]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVAL");
     cmd.arg(WRITE_SCRIPT).arg(0).arg("");
-    for command in commands {
-        cmd.arg(command.len());
-        for arg in command {
-            cmd.arg(*arg);
-        }
-    }
+    push_commands(commands.iter().map(Vec::as_slice), |arg| {
+        cmd.arg(arg);
+    });
     cmd
 }
 

@@ -5,6 +5,7 @@
 use crate::sink::cluster::{self, Layout, RAISE_GROUP_SCRIPT, RAISE_SCRIPT, SlotPart, WRITE_SCRIPT};
 use crate::sink::conn::{Seam, Topology};
 use crate::sink::router::Router;
+use crate::sink::topology::script_args::push_commands;
 use crate::sink::{Fence, RedisConn, Sink, SinkError, Unit, is_retriable};
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
@@ -353,12 +354,9 @@ impl Sink {
         let mut keys: Vec<&[u8]> = copy.iter().map(|c| c.as_bytes()).collect();
         keys.push(probe.as_bytes());
         keys.extend(part.keys());
-        let counts: Vec<String> = part.commands.iter().map(|c| c.len().to_string()).collect();
-        let mut args: Vec<&[u8]> = vec![epoch.as_bytes()];
-        for (command, count) in part.commands.iter().zip(&counts) {
-            args.push(count.as_bytes());
-            args.extend(command.iter().copied());
-        }
+        let mut owned: Vec<Vec<u8>> = vec![epoch.into_bytes()];
+        push_commands(part.commands.iter().map(Vec::as_slice), |arg| owned.push(arg.to_vec()));
+        let args: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
         ScriptCall::new(&WRITE_SHA, WRITE_SCRIPT, &keys, &args)
     }
 

@@ -8,5 +8,6 @@ pub mod cluster;
 pub mod cluster_io;
 pub mod conn;
 pub mod router;
+pub mod script_args;
 pub mod sentinel;
 pub mod single;

@@ -265,11 +265,7 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         }
     }
     out.visited += set_patches.len();
-    // The members' sets one flip patches go together, so that the write
-    // script carries each run as one block (`sink::script_args`): sorted
-    // by id, the members of two categories flipped in one batch would
-    // alternate.
-    set_patches.sort_by(|a, b| flip_order(a).cmp(&flip_order(b)));
+    group_flips(&mut set_patches);
     let sel = Selection {
         categories: Some(Default::default()),
         tags: Some(Default::default()),
@@ -447,11 +443,17 @@ fn categories_patch(
     Some(Patch::new(key, old.len(), joins.chain(leaves).collect(), 0))
 }
 
-/// Where a `video:categories` patch goes among a batch's: those of one
-/// edit by that edit (joins first, then by member), the others last.
-fn flip_order(patch: &Patch) -> (bool, bool, &str) {
-    let edit = patch.edits.first().filter(|_| patch.edits.len() == 1);
-    (edit.is_none(), !matches!(edit, Some(Edit::SAdd(_))), edit.map_or("", Edit::member))
+/// Puts the `video:categories` patches one flip makes together, so that
+/// the write script carries each run as one block (`sink::script_args`):
+/// sorted by id, the members of two categories flipped in one batch
+/// would alternate. Patches of one edit go by that edit (joins first,
+/// then by member), the others last.
+fn group_flips(patches: &mut [Patch]) {
+    fn flip(patch: &Patch) -> (bool, bool, &str) {
+        let edit = patch.edits.first().filter(|_| patch.edits.len() == 1);
+        (edit.is_none(), !matches!(edit, Some(Edit::SAdd(_))), edit.map_or("", Edit::member))
+    }
+    patches.sort_by(|a, b| flip(a).cmp(&flip(b)));
 }
 
 /// Whether a key's family is recomputed by tag too (its tag's scope
@@ -738,7 +740,7 @@ mod tests {
             patch("v5", vec![Edit::SRem("c2".into())]),
             patch("v6", vec![Edit::SRem("c1".into())]),
         ];
-        patches.sort_by(|a, b| flip_order(a).cmp(&flip_order(b)));
+        group_flips(&mut patches);
         let order: Vec<&str> = patches.iter().map(|p| p.key.text.rsplit(':').next().unwrap()).collect();
         assert_eq!(order, ["v4", "v3", "v6", "v1", "v5", "v2"]);
     }

@@ -881,7 +881,8 @@ async fn a_platform_backlog_on_a_cluster_stays_within_the_budget_and_equals_a_fu
 /// an `SREM` of one missing is refused as drift, and so is a key of
 /// another size. One member flipped in many sets (a category turned
 /// active or inactive) travels as one block of the write script, guarded
-/// the same way.
+/// the same way. A list's items are removed from either end, guarded
+/// alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn set_patches_are_guarded_on_one_node_and_on_the_cluster() {
     use cachewright::plan::Change;
@@ -966,6 +967,28 @@ async fn set_patches_are_guarded_on_one_node_and_on_the_cluster() {
         }
         let err = sink.apply_changes(&flips([1, 2, 3, 4], Edit::SRem("m1".into()))).await.unwrap_err();
         assert!(err.is_drift(), "{setup:?}: the first set never held m1: {err}");
+
+        // A list's items go from either end (`LREM key 1` from the head,
+        // `LREM key -1` from the tail), each guarded: a missing item is
+        // drift (here the first edit, so nothing ran before it).
+        let list = cachewright::keys::Keys::new(format!("w{name}:")).key(FamilyId::VideoCategoryList, &["c1"]);
+        let _: usize =
+            redis::cmd("RPUSH").arg(&list.text).arg(&["a", "b", "c", "d", "e"]).query_async(&mut conn).await.unwrap();
+        let list_patch = |before, edits| vec![Change::Patch(Patch::new(list.clone(), before, edits, 0))];
+        let items = |conn: &cachewright::sink::RedisConn| {
+            let (key, mut conn) = (list.text.clone(), conn.clone());
+            async move { redis::cmd("LRANGE").arg(&key).arg(0).arg(-1).query_async::<Vec<String>>(&mut conn).await.unwrap() }
+        };
+        sink.apply_changes(&list_patch(5, vec![Edit::LRemLast("d".into()), Edit::LRem("b".into())])).await.unwrap();
+        assert_eq!(items(&conn).await, ["a", "c", "e"], "{setup:?}");
+        let ttl: i64 = redis::cmd("TTL").arg(&list.text).query_async(&mut conn).await.unwrap();
+        assert!(ttl > 0, "{setup:?}: the patched list has its TTL ({ttl})");
+        let err = sink
+            .apply_changes(&list_patch(3, vec![Edit::LRemLast("z".into()), Edit::LRem("a".into())]))
+            .await
+            .unwrap_err();
+        assert!(err.is_drift(), "{setup:?}: the list never held z: {err}");
+        assert_eq!(items(&conn).await, ["a", "c", "e"], "{setup:?}: a refused list patch changed nothing");
     }
 }
 

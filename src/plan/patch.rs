@@ -27,6 +27,10 @@ pub enum Edit {
     ZAdd(i64, String),
     /// `LREM key 1`: the item must be there.
     LRem(String),
+    /// `LREM key -1`: the same for an item in the list's back half, which
+    /// Redis then walks from the tail (a list's items are distinct, so
+    /// either end removes the same one).
+    LRemLast(String),
     /// `LINSERT key BEFORE pivot item`: the pivot must be there.
     LInsert { item: String, pivot: String },
     /// `RPUSH`: the item goes last.
@@ -41,7 +45,13 @@ impl Edit {
     /// The member or item the edit adds, moves or removes.
     pub fn member(&self) -> &str {
         match self {
-            Edit::ZRem(m) | Edit::ZAdd(_, m) | Edit::LRem(m) | Edit::RPush(m) | Edit::SAdd(m) | Edit::SRem(m) => m,
+            Edit::ZRem(m)
+            | Edit::ZAdd(_, m)
+            | Edit::LRem(m)
+            | Edit::LRemLast(m)
+            | Edit::RPush(m)
+            | Edit::SAdd(m)
+            | Edit::SRem(m) => m,
             Edit::LInsert { item, .. } => item,
         }
     }
@@ -50,7 +60,9 @@ impl Edit {
     pub fn cost(&self) -> usize {
         match self {
             Edit::ZRem(m) | Edit::ZAdd(_, m) => m.len() + 2 * ELEMENT_COST,
-            Edit::LRem(m) | Edit::RPush(m) | Edit::SAdd(m) | Edit::SRem(m) => m.len() + ELEMENT_COST,
+            Edit::LRem(m) | Edit::LRemLast(m) | Edit::RPush(m) | Edit::SAdd(m) | Edit::SRem(m) => {
+                m.len() + ELEMENT_COST
+            }
             Edit::LInsert { item, pivot } => item.len() + pivot.len() + ELEMENT_COST,
         }
     }
@@ -115,6 +127,10 @@ impl Patch {
                 }
                 (Edit::ZAdd(score, m), None) => value = Some(Value::Zset(vec![(*score, m.clone())])),
                 (Edit::LRem(m), Some(Value::List(items))) => match items.iter().position(|x| x == m) {
+                    Some(at) => drop(items.remove(at)),
+                    None => return lacks(m),
+                },
+                (Edit::LRemLast(m), Some(Value::List(items))) => match items.iter().rposition(|x| x == m) {
                     Some(at) => drop(items.remove(at)),
                     None => return lacks(m),
                 },

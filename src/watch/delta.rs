@@ -163,14 +163,25 @@ pub fn zset_patch(key: Key, before: usize, moves: &Moves<'_>, step: usize) -> Op
 
 /// The patch of a list holding `before` items, in steps of at most `step`
 /// each: `after` tells where a member ranked so sits now and the member
-/// that follows it.
+/// that follows it. With `exact` places (the list holds every member of
+/// the scope), an item in the back half is removed from the tail: Redis
+/// walks a list from the end `LREM` starts at, about a quarter of it on
+/// average instead of half. Otherwise a place only bounds the item's
+/// index from above, which bounds a walk from the head but not one from
+/// the tail.
 pub fn list_patch<'m>(
     key: Key,
     before: usize,
     moves: &Moves<'_>,
     after: impl Fn(i64, WidRef<'_>) -> (usize, Option<WidRef<'m>>),
+    exact: bool,
     step: usize,
 ) -> Option<Vec<Patch>> {
+    // The removal of an item about `at` and the entries it walks past.
+    let remove = |w: &Wid, at: usize| match exact && at > before / 2 {
+        true => (Edit::LRemLast(w.text()), before.saturating_sub(at)),
+        false => (Edit::LRem(w.text()), at),
+    };
     let joining: FxHashSet<&Wid> = moves.joined.iter().map(|(_, w)| *w).collect();
     let mut units = Vec::with_capacity(moves.left.len() + moves.joined.len());
     // Where a member that left was: about where its old rank sits now.
@@ -180,7 +191,10 @@ pub fn list_patch<'m>(
         let at = after(*added, w.as_ref()).0;
         match joining.contains(w) {
             true => drop(moved.insert(*w, at)),
-            false => gone.push(Unit { edits: vec![Edit::LRem(w.text())], scans: at, grows: -1 }),
+            false => {
+                let (edit, scans) = remove(w, at);
+                gone.push(Unit { edits: vec![edit], scans, grows: -1 });
+            }
         }
     }
     let mut joined: Vec<(Reverse<i64>, &Wid)> = moves.joined.iter().map(|(a, w)| (Reverse(*a), *w)).collect();
@@ -188,9 +202,10 @@ pub fn list_patch<'m>(
     for (Reverse(added), w) in joined.into_iter().rev() {
         let (at, next) = after(added, w.as_ref());
         let mut unit = Unit { edits: Vec::with_capacity(2), scans: at, grows: 1 };
-        if let Some(was) = moved.get(w) {
-            unit.edits.push(Edit::LRem(w.text()));
-            unit.scans += was;
+        if let Some(&was) = moved.get(w) {
+            let (edit, scans) = remove(w, was);
+            unit.edits.push(edit);
+            unit.scans += scans;
             unit.grows = 0;
         }
         unit.edits.push(match next {
@@ -267,7 +282,7 @@ mod tests {
             let at = now_ids.iter().position(|x| x.as_ref() == id).unwrap_or(0);
             (at, now_ids.get(at + 1).map(Wid::as_ref))
         };
-        let patch = list_patch(key.clone(), before.len(), &moves, after, 30_000)
+        let patch = list_patch(key.clone(), before.len(), &moves, after, true, 30_000)
             .expect("a few moves in a long list are patched");
         let [patch] = patch.as_slice() else { panic!("one step: {patch:?}") };
         // c moved: removed right before it goes in again; b left, last.
@@ -277,7 +292,7 @@ mod tests {
         assert_eq!(patch.apply(Some(Value::List(before.clone()))), Ok(Some(Value::List(now.clone()))));
         // Steps of a member or two: each leaves every member that stays.
         let step = Patch::fixed_cost(&key) + 2 * ELEMENT_COST + 100;
-        let steps = list_patch(key, before.len(), &moves, after, step).expect("a member fits a step");
+        let steps = list_patch(key, before.len(), &moves, after, true, step).expect("a member fits a step");
         assert_eq!(steps.len(), 2, "{steps:?}");
         let mut value = Some(Value::List(before));
         for step in &steps {
@@ -286,6 +301,34 @@ mod tests {
             assert!(["a", "c", "d"].iter().all(|m| items.iter().any(|i| i == m)), "a member went missing: {items:?}");
         }
         assert_eq!(value, Some(Value::List(now)));
+    }
+
+    /// Items in the back half of a list are removed from its tail when
+    /// the places are exact, from its head when they only bound the index;
+    /// both give the same list.
+    #[test]
+    fn a_list_patch_removes_from_the_nearer_end_when_it_knows_the_places() {
+        let head: Vec<String> = (0..40).map(|i| format!("x{i:02}")).collect();
+        let list = |tail: &[&str]| head.iter().cloned().chain(tail.iter().map(|s| s.to_string())).collect::<Vec<_>>();
+        // Before: 40 others, then a b c. Now: b left, c moved before a.
+        let (before, now) = (list(&["a", "b", "c"]), list(&["c", "a"]));
+        let now_ids: Vec<Wid> = now.iter().map(|s| Wid::new(s)).collect();
+        let w = ids(&["b", "c"]);
+        let moves = Moves { left: vec![(8, &w[0]), (7, &w[1])], joined: vec![(9, &w[1])] };
+        let key = Keys::new("app:").key(FamilyId::VideoCategoryList, &["c1"]);
+        let after = |_, id: WidRef<'_>| {
+            let at = now_ids.iter().position(|x| x.as_ref() == id).unwrap_or(now_ids.len());
+            (at, now_ids.get(at + 1).map(Wid::as_ref))
+        };
+        for (exact, tail) in [(true, true), (false, false)] {
+            let patch = list_patch(key.clone(), before.len(), &moves, after, exact, 30_000).expect("patched");
+            let [patch] = patch.as_slice() else { panic!("one step: {patch:?}") };
+            let removals: Vec<&Edit> =
+                patch.edits.iter().filter(|e| matches!(e, Edit::LRem(_) | Edit::LRemLast(_))).collect();
+            assert_eq!(removals.len(), 2, "{:?}", patch.edits);
+            assert!(removals.iter().all(|e| matches!(e, Edit::LRemLast(_)) == tail), "{:?}", patch.edits);
+            assert_eq!(patch.apply(Some(Value::List(before.clone()))), Ok(Some(Value::List(now.clone()))));
+        }
     }
 
     #[test]

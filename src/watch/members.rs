@@ -28,10 +28,138 @@ fn rank_of(videos: &Videos, h: Handle) -> Rank<'_> {
 /// in the store), 4 bytes per entry. A sorted vector, not a tree: a scope
 /// changes a few members at a time, and one insert moves the entries
 /// after it, which for the largest categories is still microseconds.
-#[derive(Debug, Default, Clone, PartialEq)]
-struct Ordered(Vec<Handle>);
+/// Beside it, [`Fences`]: where a rank falls to within a few dozen
+/// members, without reading the store.
+#[derive(Debug, Default, Clone)]
+struct Ordered(Vec<Handle>, Fences);
+
+/// Two scopes are equal when they list the same members: fences are an
+/// aid to the search, placed differently by a load and by inserts.
+impl PartialEq for Ordered {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+/// Members between two fences, at most: an insert that makes a run
+/// longer puts a fence in its middle, so a search ends among at most
+/// this many members.
+const MAX_RUN: usize = 32;
+/// A load fences every this many members.
+const STRIDE: usize = 16;
+
+/// Every so many members of a scope, its place and `addedTime`, in place
+/// order (so times never rise). A probe of the scope reads a video's
+/// record, a cache miss in a large store; the fences are read from one
+/// small array instead and leave at most [`MAX_RUN`] members to probe.
+/// About 0.75 bytes a member. Each insert or removal moves the places
+/// after it by one (arithmetic on that array, no record read), and a
+/// run grown past [`MAX_RUN`] by inserts, or merged by removing a
+/// fenced member, gets a new fence in its middle (one record read).
+#[derive(Debug, Default, Clone)]
+struct Fences {
+    at: Vec<u32>,
+    added: Vec<i64>,
+}
+
+impl Fences {
+    /// Fences every [`STRIDE`]th member of a sorted scope.
+    fn of(videos: &Videos, handles: &[Handle]) -> Fences {
+        if handles.len() <= MAX_RUN {
+            return Fences::default();
+        }
+        let at: Vec<u32> = (STRIDE - 1..handles.len()).step_by(STRIDE).map(|i| i as u32).collect();
+        let added = at.iter().map(|&i| videos.added(handles[i as usize])).collect();
+        Fences { at, added }
+    }
+
+    fn bytes(&self) -> usize {
+        self.at.capacity() * size_of::<u32>() + self.added.capacity() * size_of::<i64>()
+    }
+
+    /// The window of places a rank of time `added` can take: after every
+    /// fence of a newer time, before every fence of an older one, with
+    /// the times of those two fences.
+    fn window(&self, added: i64, len: usize) -> ((usize, Option<i64>), (usize, Option<i64>)) {
+        let newer = self.added.partition_point(|&a| a > added);
+        let older = newer + self.added[newer..].partition_point(|&a| a == added);
+        let lo = newer.checked_sub(1).map_or((0, None), |i| (self.at[i] as usize + 1, Some(self.added[i])));
+        let hi = self.added.get(older).map_or((len, None), |&a| (self.at[older] as usize, Some(a)));
+        (lo, hi)
+    }
+
+    /// A member was inserted at `place`, of time `added`.
+    fn inserted(&mut self, videos: &Videos, handles: &[Handle], place: usize, added: i64) {
+        let next = self.at.partition_point(|&a| (a as usize) < place);
+        for a in &mut self.at[next..] {
+            *a += 1;
+        }
+        self.split(videos, handles, next, Some((place, added)));
+    }
+
+    /// The member at `place` was removed.
+    fn removed(&mut self, videos: &Videos, handles: &[Handle], place: usize) {
+        let next = self.at.partition_point(|&a| (a as usize) < place);
+        if self.at.get(next).is_some_and(|&a| a as usize == place) {
+            self.at.remove(next);
+            self.added.remove(next);
+        }
+        for a in &mut self.at[next..] {
+            *a -= 1;
+        }
+        self.split(videos, handles, next, None);
+    }
+
+    /// Puts a fence in the middle of the run before fence `next` (or the
+    /// scope's end) when it is longer than [`MAX_RUN`]; `known` is a
+    /// member whose time needs no record read.
+    fn split(&mut self, videos: &Videos, handles: &[Handle], next: usize, known: Option<(usize, i64)>) {
+        let from = next.checked_sub(1).map_or(0, |i| self.at[i] as usize + 1);
+        let to = self.at.get(next).map_or(handles.len(), |&a| a as usize);
+        if to - from <= MAX_RUN {
+            return;
+        }
+        let mid = from + (to - from) / 2;
+        let added = match known {
+            Some((place, added)) if place == mid => added,
+            _ => videos.added(handles[mid]),
+        };
+        super::arena::make_room(&mut self.at);
+        super::arena::make_room(&mut self.added);
+        self.at.insert(next, mid as u32);
+        self.added.insert(next, added);
+    }
+}
 
 impl Ordered {
+    /// A scope sorted and deduplicated, fenced.
+    fn sorted(videos: &Videos, mut handles: Vec<Handle>) -> Ordered {
+        // Ranks computed once per entry: a comparison through the store
+        // would look two records up each time.
+        handles.sort_by_cached_key(|&h| rank_of(videos, h));
+        // A reference repeated in one video files it once; the room
+        // counted for the repeats is given back.
+        handles.dedup();
+        handles.shrink_to_fit();
+        let fences = Fences::of(videos, &handles);
+        Ordered(handles, fences)
+    }
+
+    fn insert(&mut self, videos: &Videos, h: Handle, rank: &Rank<'_>) {
+        if let Err(at) = self.find(videos, rank) {
+            super::arena::make_room(&mut self.0);
+            self.0.insert(at, h);
+            self.1.inserted(videos, &self.0, at, rank.0.0);
+        }
+    }
+
+    fn remove(&mut self, videos: &Videos, rank: &Rank<'_>) {
+        if let Ok(at) = self.find(videos, rank) {
+            self.0.remove(at);
+            self.1.removed(videos, &self.0, at);
+        }
+    }
+
     /// Where `rank` stands: `Ok` at a member of that rank, `Err` where it
     /// would go. Each probe reads a video's record, a cache miss in a
     /// large store, so the probes are spared what they can be:
@@ -41,6 +169,8 @@ impl Ordered {
     /// - the newest member is tried first: uploads, and deletes and edits
     ///   of what just came, land there, and it is the scope's most read
     ///   record (home sections start from it);
+    /// - the fences narrow the search to at most [`MAX_RUN`] members
+    ///   (more only where that many share one `addedTime`);
     /// - every other probe goes where the rank's `addedTime` falls
     ///   between the times around the window (an interpolation search),
     ///   the others to its middle. Uploads over time spread a scope's
@@ -61,10 +191,17 @@ impl Ordered {
             Ordering::Less => (1, all.len()),
         };
         // The `addedTime` of the member before the window (no older than
-        // the rank) and, once a probe found one, of the one after it (no
-        // newer): what a guess needs.
+        // the rank) and, once known, of the one after it (no newer): what
+        // a guess needs.
         let mut newer = videos.added(first);
         let mut older: Option<i64> = None;
+        let ((fence_lo, fence_newer), (fence_hi, fence_older)) = self.1.window(added, all.len());
+        if fence_lo > lo {
+            (lo, newer) = (fence_lo, fence_newer.unwrap_or(newer));
+        }
+        if fence_hi < hi {
+            (hi, older) = (fence_hi, fence_older);
+        }
         let mut guessed = false;
         while lo < hi {
             let guess = match older {
@@ -143,29 +280,21 @@ impl Members {
                 }
             }
         }
-        let [by_category, by_tag] = counts.map(|counts| {
-            counts.into_iter().map(|(s, n)| (s, Ordered(Vec::with_capacity(n)))).collect::<HashMap<_, _>>()
-        });
-        let mut members = Members { by_category, by_tag };
+        let [by_category, by_tag] =
+            counts.map(|counts| counts.into_iter().map(|(s, n)| (s, Vec::with_capacity(n))).collect::<HashMap<_, _>>());
+        let mut lists = [by_category, by_tag];
         for h in effective {
             let Some(doc) = videos.doc(h) else { continue };
-            for (map, syms) in [(&mut members.by_category, doc.cats), (&mut members.by_tag, doc.tags)] {
+            for (map, syms) in lists.iter_mut().zip([doc.cats, doc.tags]) {
                 for s in syms {
-                    map.get_mut(s).expect("counted").0.push(h);
+                    map.get_mut(s).expect("counted").push(h);
                 }
             }
         }
-        let scopes = members.by_category.values_mut().chain(members.by_tag.values_mut()).collect::<Vec<_>>();
-        scopes.into_par_iter().for_each(|scope| {
-            // Ranks computed once per entry: a comparison through the
-            // store would look two records up each time.
-            scope.0.sort_by_cached_key(|&h| rank_of(videos, h));
-            // A reference repeated in one video files it once; the room
-            // counted for the repeats is given back.
-            scope.0.dedup();
-            scope.0.shrink_to_fit();
+        let [by_category, by_tag] = lists.map(|lists| {
+            lists.into_par_iter().map(|(s, handles)| (s, Ordered::sorted(videos, handles))).collect::<HashMap<_, _>>()
         });
-        members
+        Members { by_category, by_tag }
     }
 
     /// Files an effective video under each scope it references.
@@ -174,11 +303,7 @@ impl Members {
         let rank = rank_of(videos, h);
         for (map, syms) in [(&mut self.by_category, doc.cats), (&mut self.by_tag, doc.tags)] {
             for s in syms {
-                let scope = map.entry(*s).or_default();
-                if let Err(at) = scope.find(videos, &rank) {
-                    super::arena::make_room(&mut scope.0);
-                    scope.0.insert(at, h);
-                }
+                map.entry(*s).or_default().insert(videos, h, &rank);
             }
         }
     }
@@ -190,9 +315,7 @@ impl Members {
         for (map, syms) in [(&mut self.by_category, doc.cats), (&mut self.by_tag, doc.tags)] {
             for s in syms {
                 let Some(scope) = map.get_mut(s) else { continue };
-                if let Ok(at) = scope.find(videos, &rank) {
-                    scope.0.remove(at);
-                }
+                scope.remove(videos, &rank);
                 if scope.0.is_empty() {
                     map.remove(s);
                 }
@@ -212,7 +335,7 @@ impl Members {
     /// About how many bytes the scopes hold.
     pub fn footprint(&self) -> usize {
         let scopes = self.by_category.values().chain(self.by_tag.values());
-        scopes.map(|o| o.0.capacity() * size_of::<Handle>() + 48).sum()
+        scopes.map(|o| o.0.capacity() * size_of::<Handle>() + o.1.bytes() + 96).sum()
     }
 
     /// The members, read through the store that ranks them.
@@ -561,5 +684,67 @@ mod tests {
         s.members.remove(&s.videos, v2);
         assert!(s.members.is_empty(), "{:?}", s.members);
         assert_eq!(s.members.len(), 0);
+    }
+
+    /// A scope's fences after any mix of loads, inserts and removals: in
+    /// place order, at members of their time, no run of unfenced members
+    /// longer than `MAX_RUN`; and every search through them answers as a
+    /// plain binary search would.
+    #[test]
+    fn fences_hold_through_inserts_and_removals() {
+        fn check(videos: &Videos, scope: &Ordered) {
+            let (handles, f) = (&scope.0, &scope.1);
+            assert_eq!(f.at.len(), f.added.len());
+            assert!(f.at.windows(2).all(|p| p[0] < p[1]), "fences in place order");
+            for (&at, &added) in f.at.iter().zip(&f.added) {
+                assert_eq!(videos.added(handles[at as usize]), added, "a fence at {at} holds its member's time");
+            }
+            let mut edges = vec![-1i64];
+            edges.extend(f.at.iter().map(|&a| i64::from(a)));
+            edges.push(handles.len() as i64);
+            assert!(edges.windows(2).all(|p| p[1] - p[0] - 1 <= MAX_RUN as i64), "runs of at most MAX_RUN: {edges:?}");
+        }
+        let mut s = Store::default();
+        let mut seed = 11u64;
+        let mut below = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let mut filed: Vec<(Handle, String)> = Vec::new();
+        for n in 0..3_000u64 {
+            // Mostly uploads at the newest end, edits anywhere, some
+            // removals; times often tied.
+            let added = match below(3) {
+                0 => n as i64,
+                _ => below(400) as i64,
+            };
+            let id = format!("v{n}");
+            filed.push((s.file(&id, added, &[C1], &[]), id));
+            if below(3) == 0 {
+                let (h, _) = filed.swap_remove(below(filed.len() as u64) as usize);
+                s.members.remove(&s.videos, h);
+            }
+            if n % 97 == 0 {
+                check(&s.videos, &s.members.by_category[&C1]);
+            }
+        }
+        let scope = &s.members.by_category[&C1];
+        check(&s.videos, scope);
+        assert!(scope.1.at.len() > filed.len() / MAX_RUN, "{} fences for {} members", scope.1.at.len(), filed.len());
+        for _ in 0..3_000 {
+            let rank = (Reverse(below(3_100) as i64 - 50), w(&format!("v{}", below(3_100))));
+            let rank = (rank.0, rank.1.as_ref());
+            let plain = scope.0.binary_search_by(|&h| rank_of(&s.videos, h).cmp(&rank));
+            assert_eq!(scope.find(&s.videos, &rank), plain);
+        }
+        // A load fences the same members its own way, and lists them alike.
+        let loaded = Members::build(&s.videos, filed.iter().map(|(h, _)| *h));
+        check(&s.videos, &loaded.by_category[&C1]);
+        assert_eq!(loaded.by_category[&C1], *scope);
+        // Removing everything leaves no fence behind.
+        for (h, _) in filed {
+            s.members.remove(&s.videos, h);
+        }
+        assert!(s.members.is_empty());
     }
 }

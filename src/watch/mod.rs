@@ -31,6 +31,7 @@ pub mod drift;
 mod engine;
 mod handles;
 mod homes;
+mod index_fields;
 mod load;
 pub mod members;
 mod memo;

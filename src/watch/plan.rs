@@ -10,6 +10,7 @@
 
 use super::delta::{self, Deltas};
 use super::homes::{HomeReach, Moved, plan_homes};
+use super::index_fields::Held as IndexFields;
 use super::state::{Applied, Held, Record, Scopes, State};
 use crate::model::catalog::Catalog;
 use crate::model::compact::{Sym, Wid, WidRef};
@@ -112,23 +113,6 @@ impl Digester {
     }
 }
 
-/// The fields of a detail payload the index families depend on.
-fn index_fields(detail: Option<&str>) -> Option<[serde_json::Value; 3]> {
-    let Some(detail) = detail else { return Some(Default::default()) };
-    let v: serde_json::Value = serde_json::from_str(detail).ok()?;
-    Some([v["categoryIds"].clone(), v["tagIds"].clone(), v["addedTime"].clone()])
-}
-
-/// The `categoryIds` and `tagIds` of a detail payload.
-fn detail_refs(detail: Option<&str>) -> (Vec<String>, Vec<String>) {
-    let Some(v) = detail.and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok()) else {
-        return Default::default();
-    };
-    let ids =
-        |field: &str| v[field].as_array().into_iter().flatten().filter_map(|c| c.as_str().map(String::from)).collect();
-    (ids("categoryIds"), ids("tagIds"))
-}
-
 /// Plans the writes of one applied batch, patches cut into steps that
 /// cost Redis at most `patch_step` each (one atomic unit of the sink,
 /// `Sink::unit_cost`).
@@ -220,9 +204,10 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         let now_cats = video.map(|v| state.active_categories(catalog, v)).unwrap_or_default();
         let redis_cats = redis.categories.get(w).cloned().unwrap_or_default();
         let now_view = state.index_view(w);
+        let held = IndexFields::read(redis.details.get(w).map(String::as_str));
         let quiet = *before_view == now_view
             && redis_cats == now_cats.iter().cloned().collect::<BTreeSet<_>>()
-            && index_fields(redis.details.get(w).map(String::as_str)) == index_fields(detail)
+            && held.same_as(&IndexFields::read(detail))
             && video.is_none_or(|v| v.detail.is_some());
         if quiet {
             continue;
@@ -235,7 +220,7 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         // The detail Redis holds names the categories and tags it was
         // indexed under, even when `video:categories` was rewritten since
         // (a category's status changed after a restart).
-        let (held_cats, held_tags) = detail_refs(redis.details.get(w).map(String::as_str));
+        let (held_cats, held_tags) = held.refs();
         cats.extend(held_cats);
         cats.extend(now_cats);
         // The tag lists it was or is in.
@@ -637,7 +622,7 @@ fn patch_category(
                 let after = |added, w: WidRef<'_>| {
                     delta::next_kept(state.members().after_in_category(sym, added, w), |_, _| true)
                 };
-                delta::list_patch(key.clone(), before, &moves, after, deltas.step)
+                delta::list_patch(key.clone(), before, &moves, after, true, deltas.step)
             }
         };
         match patch {
@@ -679,7 +664,7 @@ fn patch_tag(
     let members = state.members();
     let in_owner = |added, w: WidRef<'_>| members.in_category(Some(owner), added, w);
     let after = |added, w: WidRef<'_>| delta::next_kept(members.after_in_tag(sym, added, w), in_owner);
-    match delta::list_patch(key, before, &moves, after, deltas.step) {
+    match delta::list_patch(key, before, &moves, after, false, deltas.step) {
         Some(patch) => {
             out.patches.push((patch, now));
             true

@@ -91,6 +91,7 @@ pub fn add_patch(step: &mut Step, patch: &Patch, seconds: u64) {
                 }
             }
             Edit::LRem(item) => drop(step.cmd("LREM", key).arg(1).arg(item)),
+            Edit::LRemLast(item) => drop(step.cmd("LREM", key).arg(-1).arg(item)),
             Edit::LInsert { item, pivot } => drop(step.cmd("LINSERT", key).arg("BEFORE").arg(pivot).arg(item)),
             Edit::RPush(item) => drop(step.cmd("RPUSH", key).arg(item)),
         }
@@ -113,7 +114,9 @@ fn variadic_name(edit: &Edit) -> &'static str {
 fn add_variadic(cmd: &mut redis::Cmd, edit: &Edit) {
     match edit {
         Edit::ZAdd(score, m) => drop(cmd.arg(*score).arg(m)),
-        Edit::ZRem(m) | Edit::SAdd(m) | Edit::SRem(m) | Edit::LRem(m) | Edit::RPush(m) => drop(cmd.arg(m)),
+        Edit::ZRem(m) | Edit::SAdd(m) | Edit::SRem(m) | Edit::LRem(m) | Edit::LRemLast(m) | Edit::RPush(m) => {
+            cmd.arg(m);
+        }
         Edit::LInsert { .. } => {}
     }
 }
@@ -242,7 +245,11 @@ mod tests {
         let keys = Keys::new("app:");
         let list = keys.key(FamilyId::VideoCategoryList, &["c1"]);
         let index = keys.key(FamilyId::VideoCategoryIndex, &["c1"]);
-        let edits = vec![Edit::LRem("a".into()), Edit::LInsert { item: "n".into(), pivot: "b".into() }];
+        let edits = vec![
+            Edit::LRem("a".into()),
+            Edit::LInsert { item: "n".into(), pivot: "b".into() },
+            Edit::LRemLast("z".into()),
+        ];
         let zset = vec![Edit::ZRem("a".into()), Edit::ZAdd(7, "n".into()), Edit::ZAdd(8, "m".into())];
         let changes = vec![Change::Patch(Patch::new(list, 3, edits, 2)), Change::Patch(Patch::new(index, 3, zset, 0))];
         let ttl = TierSeconds { count: 1, index: 9, detail: 3, catalog: 4 };
@@ -256,6 +263,7 @@ mod tests {
                 "SIZEIS app:video:category:list:c1 LLEN 3",
                 "LREM app:video:category:list:c1 1 a",
                 "LINSERT app:video:category:list:c1 BEFORE b n",
+                "LREM app:video:category:list:c1 -1 z",
                 "EXPIRE app:video:category:list:c1 9",
                 "SIZEIS app:video:category:index:c1:videos ZCARD 3",
                 "ZREM app:video:category:index:c1:videos a",
@@ -265,7 +273,7 @@ mod tests {
         );
         let one_node = unit.into_pipeline();
         assert_eq!(one_node.cmd_iter().count(), 1, "one EVAL for the transaction's patches");
-        assert_in_order(&one_node, &["EVAL", "SIZEIS", "LREM", "LINSERT", "SIZEIS", "ZREM", "ZADD"]);
+        assert_in_order(&one_node, &["EVAL", "SIZEIS", "LREM", "LINSERT", "LREM", "SIZEIS", "ZREM", "ZADD"]);
     }
 
     /// A set patch: a run of joins as one `SADD`, then a run of leaves as

@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 /// The three fields' text. A field absent or `null` is `None` either way,
 /// as a `Value` reads both as `Null`.
 #[derive(Debug, Deserialize)]
-pub struct IndexFields<'a> {
+pub struct Fields<'a> {
     #[serde(rename = "categoryIds", borrow, default)]
     categories: Option<&'a RawValue>,
     #[serde(rename = "tagIds", borrow, default)]
@@ -29,22 +29,22 @@ pub struct IndexFields<'a> {
 /// payload, `Broken` when it is not a JSON object this reads (invalid,
 /// or a field named twice, where a `Value` would keep the last).
 #[derive(Debug)]
-pub enum Held<'a> {
+pub enum DetailFields<'a> {
     Absent,
-    Fields(IndexFields<'a>),
+    Fields(Fields<'a>),
     Broken(&'a str),
 }
 
-impl<'a> Held<'a> {
-    pub fn read(detail: Option<&'a str>) -> Held<'a> {
+impl<'a> DetailFields<'a> {
+    pub fn read(detail: Option<&'a str>) -> DetailFields<'a> {
         match detail {
-            None => Held::Absent,
+            None => DetailFields::Absent,
             // An object only: a struct would also take an array's
             // elements as its fields, in order.
-            Some(text) if !text.trim_start().starts_with('{') => Held::Broken(text),
-            Some(text) => match serde_json::from_str::<IndexFields<'a>>(text) {
-                Ok(fields) => Held::Fields(fields),
-                Err(_) => Held::Broken(text),
+            Some(text) if !text.trim_start().starts_with('{') => DetailFields::Broken(text),
+            Some(text) => match serde_json::from_str::<Fields<'a>>(text) {
+                Ok(fields) => DetailFields::Fields(fields),
+                Err(_) => DetailFields::Broken(text),
             },
         }
     }
@@ -52,12 +52,12 @@ impl<'a> Held<'a> {
     /// Whether the index families read the same of both payloads: no
     /// payload on either side reads as all three fields absent; a broken
     /// one matches nothing.
-    pub fn same_as(&self, other: &Held<'_>) -> bool {
-        fn fields<'h>(held: &'h Held<'_>) -> Option<[Option<&'h str>; 3]> {
+    pub fn same_as(&self, other: &DetailFields<'_>) -> bool {
+        fn fields<'h>(held: &'h DetailFields<'_>) -> Option<[Option<&'h str>; 3]> {
             match held {
-                Held::Absent => Some([None; 3]),
-                Held::Fields(f) => Some([f.categories, f.tags, f.added].map(|v| v.map(RawValue::get))),
-                Held::Broken(_) => None,
+                DetailFields::Absent => Some([None; 3]),
+                DetailFields::Fields(f) => Some([f.categories, f.tags, f.added].map(|v| v.map(RawValue::get))),
+                DetailFields::Broken(_) => None,
             }
         }
         matches!((fields(self), fields(other)), (Some(a), Some(b)) if a == b)
@@ -75,9 +75,9 @@ impl<'a> Held<'a> {
                 .map_or_else(Vec::new, |v| strings(&v))
         };
         match self {
-            Held::Absent => Default::default(),
-            Held::Fields(f) => (parse(f.categories), parse(f.tags)),
-            Held::Broken(text) => match serde_json::from_str::<serde_json::Value>(text) {
+            DetailFields::Absent => Default::default(),
+            DetailFields::Fields(f) => (parse(f.categories), parse(f.tags)),
+            DetailFields::Broken(text) => match serde_json::from_str::<serde_json::Value>(text) {
                 Ok(v) => (strings(&v["categoryIds"]), strings(&v["tagIds"])),
                 Err(_) => Default::default(),
             },
@@ -129,17 +129,17 @@ mod tests {
         for &a in &all {
             for &b in &all {
                 // Never quiet where the whole parse says the fields differ.
-                if Held::read(a).same_as(&Held::read(b)) {
+                if DetailFields::read(a).same_as(&DetailFields::read(b)) {
                     assert_eq!(by_value(a), by_value(b), "{a:?} against {b:?}");
                     assert!(by_value(a).is_some());
                 }
             }
             // The renderer's payloads compare as the whole parse does.
-            let (ours, wanted) = (Held::read(a), by_value(a));
-            if matches!(ours, Held::Fields(_) | Held::Absent) {
-                assert!(ours.same_as(&Held::read(a)));
+            let (ours, wanted) = (DetailFields::read(a), by_value(a));
+            if matches!(ours, DetailFields::Fields(_) | DetailFields::Absent) {
+                assert!(ours.same_as(&DetailFields::read(a)));
             }
-            let (cats, tags) = Held::read(a).refs();
+            let (cats, tags) = DetailFields::read(a).refs();
             let (want_cats, want_tags) = by_value_refs(a);
             assert_eq!(
                 (cats.into_iter().collect::<BTreeSet<_>>(), tags),
@@ -148,12 +148,12 @@ mod tests {
             );
         }
         // The title alone differs: the index fields are the same.
-        assert!(Held::read(Some(PAYLOADS[0])).same_as(&Held::read(Some(PAYLOADS[1]))));
-        assert!(!Held::read(Some(PAYLOADS[0])).same_as(&Held::read(Some(PAYLOADS[2]))));
+        assert!(DetailFields::read(Some(PAYLOADS[0])).same_as(&DetailFields::read(Some(PAYLOADS[1]))));
+        assert!(!DetailFields::read(Some(PAYLOADS[0])).same_as(&DetailFields::read(Some(PAYLOADS[2]))));
         // Absent and null read alike; no payload reads as no fields.
-        assert!(Held::read(Some(PAYLOADS[4])).same_as(&Held::read(Some(PAYLOADS[5]))));
-        assert!(Held::read(None).same_as(&Held::read(Some("{}"))));
+        assert!(DetailFields::read(Some(PAYLOADS[4])).same_as(&DetailFields::read(Some(PAYLOADS[5]))));
+        assert!(DetailFields::read(None).same_as(&DetailFields::read(Some("{}"))));
         // Named twice: a whole parse keeps the last one.
-        assert_eq!(Held::read(Some(PAYLOADS[7])).refs().0, vec!["c9".to_string()]);
+        assert_eq!(DetailFields::read(Some(PAYLOADS[7])).refs().0, vec!["c9".to_string()]);
     }
 }

@@ -10,7 +10,7 @@
 
 use super::delta::{self, Deltas};
 use super::homes::{HomeReach, Moved, plan_homes};
-use super::index_fields::Held as IndexFields;
+use super::index_fields::DetailFields;
 use super::state::{Applied, Held, Record, Scopes, State};
 use crate::model::catalog::Catalog;
 use crate::model::compact::{Sym, Wid, WidRef};
@@ -204,10 +204,10 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
         let now_cats = video.map(|v| state.active_categories(catalog, v)).unwrap_or_default();
         let redis_cats = redis.categories.get(w).cloned().unwrap_or_default();
         let now_view = state.index_view(w);
-        let held = IndexFields::read(redis.details.get(w).map(String::as_str));
+        let held = DetailFields::read(redis.details.get(w).map(String::as_str));
         let quiet = *before_view == now_view
             && redis_cats == now_cats.iter().cloned().collect::<BTreeSet<_>>()
-            && held.same_as(&IndexFields::read(detail))
+            && held.same_as(&DetailFields::read(detail))
             && video.is_none_or(|v| v.detail.is_some());
         if quiet {
             continue;

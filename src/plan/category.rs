@@ -10,7 +10,7 @@ use crate::model::decode::{Category, Tag};
 use crate::model::json::{self, ObjectWriter};
 use crate::model::report::RefReport;
 use crate::registry::FamilyId;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub const SITE_TAG_CATEGORY: &str = "Tag.categoryId";
 
@@ -95,13 +95,20 @@ impl Derived {
             self.tag_json[t] = tags[t].active.then(|| tag_payload(&tags[t]));
             self.search_names[t] = tags[t].active.then(|| search_name(&tags[t]));
         }
+        // The changed categories' own tags, in one pass over the active
+        // tags (a pass per category cost a batch of catalogue edits
+        // categories times tags lookups).
+        let mut owned: BTreeMap<usize, Vec<usize>> =
+            changed_cats.iter().filter(|&&c| cats[c].active).map(|&c| (c, Vec::new())).collect();
+        if !owned.is_empty() {
+            for &t in &self.active_tags {
+                if let Some(own) = catalog.active_category_index(&tags[t].category_id).and_then(|c| owned.get_mut(&c)) {
+                    own.push(t);
+                }
+            }
+        }
         for &c in &changed_cats {
-            let own: Vec<usize> = match cats[c].active {
-                true => (self.active_tags.iter().copied())
-                    .filter(|&t| catalog.active_category_index(&tags[t].category_id) == Some(c))
-                    .collect(),
-                false => Vec::new(),
-            };
+            let own = owned.remove(&c).unwrap_or_default();
             let own_tags: Vec<&Tag> = own.iter().map(|&t| &tags[t]).collect();
             self.category_json[c] = cats[c].active.then(|| category_payload(&cats[c], &own_tags, None));
             self.tags_of[c] = own;
@@ -194,18 +201,13 @@ pub fn category_payload(cat: &Category, tags: &[&Tag], full_tags: Option<&[&str]
 }
 
 pub fn plan(catalog: &Catalog, derived: &Derived, ctx: &PlanCtx, scope: &CatalogScope, out: &mut Vec<Op>) {
-    let mut all = String::from("[");
-    for (n, &c) in derived.active_categories.iter().enumerate() {
+    let payload = |c: usize| derived.category_json[c].as_deref().unwrap_or_default();
+    for &c in &derived.active_categories {
         let cat = &catalog.categories[c];
-        let payload = derived.category_json[c].as_deref().unwrap_or_default();
-        if n > 0 {
-            all.push(',');
-        }
-        all.push_str(payload);
         if !scope.category(&cat.id) {
             continue;
         }
-        ctx.emit(out, FamilyId::CategoryById, &[&cat.id], Value::String(payload.to_string()));
+        ctx.emit(out, FamilyId::CategoryById, &[&cat.id], Value::String(payload(c).to_string()));
 
         let own: Vec<&Tag> = derived.tags_of[c].iter().map(|&t| &catalog.tags[t]).collect();
         if ctx.families.contains(FamilyId::CategoryWithTags) {
@@ -218,8 +220,11 @@ pub fn plan(catalog: &Catalog, derived: &Derived, ctx: &PlanCtx, scope: &Catalog
             ctx.emit(out, FamilyId::CategoryTagnamesFlat, &[&cat.id], Value::String(flat.join(" ")));
         }
     }
-    all.push(']');
+    // Rendered only when its scope is reached: a batch that edits one
+    // category's tags need not build the whole catalogue's array.
     if scope.aggregate(FamilyId::CategoryAll) {
+        let mut all = String::new();
+        json::write_raw_array(&mut all, derived.active_categories.iter().map(|&c| payload(c)));
         ctx.emit(out, FamilyId::CategoryAll, &[], Value::String(all));
     }
 }

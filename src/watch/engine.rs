@@ -202,6 +202,13 @@ impl Engine<'_> {
         tokens: &[(&str, String)],
     ) -> Result<Vec<String>, WatchError> {
         let started = Instant::now();
+        // What Redis holds of the touched videos is read while the batch
+        // is applied: the read needs only their ids, and no write happens
+        // in between (the batch's own come after planning).
+        let reading = {
+            let (sink, keys, ids) = (self.sink.clone(), self.ctx.keys.clone(), super::state::written_ids(&events));
+            crate::tasks::spawn(async move { sink.video_memberships(&keys, ids.iter()).await })
+        };
         let mut applied = self.in_memory(|| state.apply(events));
         let decoded = started.elapsed();
         // A repeated id whose first owner went away: the next owner was
@@ -220,11 +227,15 @@ impl Engine<'_> {
             }
         }
         self.metrics.rejected(&applied.rejected);
-        let (categories, details) = match self.sink.video_memberships(&self.ctx.keys, applied.videos.keys()).await {
+        let read = match reading.await {
+            Ok(read) => read.map_err(WatchError::from),
+            Err(joined) => Err(WatchError::Internal(format!("reading the touched videos' keys stopped: {joined}"))),
+        };
+        let (categories, details) = match read {
             Ok(view) => view,
             Err(err) => {
                 state.undo(applied);
-                return Err(err.into());
+                return Err(err);
             }
         };
         let view = plan::RedisView { categories, details };

@@ -898,6 +898,21 @@ fn written_of(raw_id: &Bson) -> Option<Wid> {
     crate::model::id::written_id(raw_id).map(|w| Wid::new(&w))
 }
 
+/// The written ids [`State::apply`] will list in [`Applied::videos`] for
+/// these events, known before it runs: what Redis holds of them can be
+/// read while the batch is applied.
+pub fn written_ids(events: &[Event]) -> BTreeSet<String> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            Event::Upsert { coll: Coll::Video, raw_id, .. } | Event::Remove { coll: Coll::Video, raw_id, .. } => {
+                written_of(raw_id).map(|w| w.text())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// Decodes a video document (the same decoder a rebuild uses).
 fn decode(doc: &RawDocument, want_detail: bool) -> (Result<VideoDoc, Rejection>, Option<Rejection>) {
     let result = doc_id(doc).and_then(|id| decode_video(doc, id, &mut RefReport::default(), want_detail));
@@ -949,6 +964,37 @@ mod tests {
         }
         assert!(existing.is_empty(), "{existing:?}");
         assert!(existing.by_category.is_empty() && existing.by_tag.is_empty() && existing.by_channel.is_empty());
+    }
+
+    #[test]
+    fn the_ids_known_before_a_batch_are_those_it_lists_as_touched() {
+        use crate::watch::model::id_key;
+        use mongodb::bson::{doc, oid::ObjectId};
+        let raw = |d: mongodb::bson::Document| RawDocumentBuf::from_document(&d).unwrap();
+        let names = Collections { channel: "ch".into(), category: "cat".into(), tag: "tag".into(), video: "v".into() };
+        let (kept, gone, repeat) = (ObjectId::new(), ObjectId::new(), ObjectId::new());
+        let video = |id: Bson| raw(doc! { "_id": id, "title": "t", "listStatus": 1, "categoryIds": ["c1"] });
+        let loaded = vec![video(Bson::ObjectId(kept)), video(Bson::ObjectId(gone)), video(Bson::ObjectId(repeat))];
+        let mut state = State::new(&names, vec![], vec![], vec![]);
+        state.load_videos(loaded);
+        let upsert = |coll, id: Bson, doc| Event::Upsert { coll, key: id_key(&id), raw_id: id, doc };
+        let remove = |coll, id: Bson| Event::Remove { coll, key: id_key(&id), raw_id: id };
+        let events = vec![
+            upsert(Coll::Video, Bson::ObjectId(kept), video(Bson::ObjectId(kept))),
+            remove(Coll::Video, Bson::ObjectId(gone)),
+            // A string repeat of a loaded ObjectId: one written id.
+            upsert(Coll::Video, Bson::String(repeat.to_hex()), video(Bson::String(repeat.to_hex()))),
+            // New, an unusable id, a document never loaded, a catalogue change.
+            upsert(Coll::Video, Bson::String("fresh".into()), video(Bson::String("fresh".into()))),
+            upsert(Coll::Video, Bson::Double(1.5), video(Bson::Double(1.5))),
+            remove(Coll::Video, Bson::String("never".into())),
+            upsert(Coll::Category, Bson::String("c1".into()), raw(doc! { "_id": "c1", "name": "C", "status": 1 })),
+        ];
+        let before = written_ids(&events);
+        let applied = state.apply(events);
+        let touched: BTreeSet<String> = applied.videos.keys().cloned().collect();
+        assert_eq!(before, touched);
+        assert!(touched.contains("fresh") && touched.contains(&repeat.to_hex()) && touched.len() == 5, "{touched:?}");
     }
 
     #[test]

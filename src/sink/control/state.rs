@@ -155,8 +155,6 @@ pub type VideoMemberships =
     (std::collections::HashMap<String, std::collections::BTreeSet<String>>, std::collections::HashMap<String, String>);
 
 impl Sink {
-    /// Reads the `video:categories` and `video:detail` keys of `ids` in
-    /// one round trip.
     /// The sizes of collection keys, each read with its command (`LLEN`,
     /// `ZCARD`, …): a missing key reads 0.
     pub async fn sizes(&self, keys: &[(String, &'static str)]) -> Result<Vec<usize>, SinkError> {
@@ -174,6 +172,8 @@ impl Sink {
         Ok(sizes)
     }
 
+    /// Reads the `video:categories` and `video:detail` keys of `ids` in
+    /// one round trip.
     pub async fn video_memberships<'a>(
         &self,
         keys: &crate::keys::Keys,
@@ -200,14 +200,17 @@ impl Sink {
         let mut conn = self.connection();
         let replies: Vec<redis::Value> =
             pipe.query_async(&mut conn).await.map_err(|source| SinkError::Scan { attempts: 1, source })?;
-        for (w, pair) in ids.iter().zip(replies.chunks(2)) {
-            let members: Vec<String> = redis::from_redis_value(pair[0].clone()).unwrap_or_default();
+        // Taken whole, not cloned: a batch reads thousands of details.
+        let mut replies = replies.into_iter();
+        for w in &ids {
+            let (Some(set), Some(detail)) = (replies.next(), replies.next()) else { break };
+            let members: Vec<String> = redis::from_redis_value(set).unwrap_or_default();
             let members: std::collections::BTreeSet<String> =
                 members.into_iter().filter(|c| crate::model::id::is_usable_id(c)).collect();
             if !members.is_empty() {
                 categories.insert((*w).clone(), members);
             }
-            if let Ok(Some(detail)) = redis::from_redis_value::<Option<String>>(pair[1].clone()) {
+            if let Ok(Some(detail)) = redis::from_redis_value::<Option<String>>(detail) {
                 details.insert((*w).clone(), detail);
             }
         }

@@ -16,7 +16,7 @@ use cachewright::plan::plan_in_memory;
 use cachewright::plan::{Change, FamilySet, Op, PlanCtx, TxBudget};
 use cachewright::rebuild::plan_ctx;
 use cachewright::registry::Tier;
-use cachewright::watch::model::{Coll, Event, id_key};
+use cachewright::watch::model::{Coll, Event, decode_on_arrival, id_key};
 use cachewright::watch::plan::{RedisView, plan_batch};
 use cachewright::watch::protocol::{self, Step as WriteStep};
 use cachewright::watch::state::{Existing, Scopes, State, tracked_families};
@@ -184,7 +184,9 @@ impl Mongo {
                 d.extend(body.clone());
                 let raw = RawDocumentBuf::from_document(&d).unwrap();
                 self.0[*coll as usize].insert(format!("{raw_id:?}"), raw.clone());
-                Some(Event::Upsert { coll: *coll, key: id_key(&raw_id), raw_id, doc: raw })
+                // Decoded as the stream task decodes an event's document.
+                let decoded = decode_on_arrival(*coll, Some(&raw));
+                Some(Event::Upsert { coll: *coll, key: id_key(&raw_id), raw_id, doc: raw, decoded })
             }
             Step::Delete(coll, i) => {
                 let raw_id = doc_id(*coll, *i);
@@ -198,7 +200,7 @@ impl Mongo {
     /// A document as it is now, as the engine reads one by id.
     fn look_up(&self, coll: Coll, raw_id: Bson) -> Event {
         match self.0[coll as usize].get(&format!("{raw_id:?}")) {
-            Some(doc) => Event::Upsert { coll, key: id_key(&raw_id), raw_id, doc: doc.clone() },
+            Some(doc) => Event::Upsert { coll, key: id_key(&raw_id), raw_id, doc: doc.clone(), decoded: None },
             None => Event::Remove { coll, key: id_key(&raw_id), raw_id },
         }
     }

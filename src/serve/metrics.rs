@@ -299,7 +299,7 @@ impl Collector for WatchCollector {
         counter(
             &mut encoder,
             "watch_state_cpu_seconds",
-            "CPU seconds the watcher's batches spent applying events to its state and planning their writes",
+            "CPU seconds the watcher's batches spent applying events to its state and planning their writes (decoding a video's document, done as its event arrives, is not counted)",
             w.state_cpu_us.load(Ordering::Relaxed) as f64 / 1e6,
         )?;
         gauge(

@@ -31,7 +31,7 @@ impl CatchUp {
         let Some(until) = self.until else { return };
         match item {
             Item::Idle(coll, _) => self.done[*coll as usize] = true,
-            Item::Event(coll, event, _)
+            Item::Event(coll, event, ..)
                 if event.cluster_time.is_some_and(|t| (t.time, t.increment) > (until.time, until.increment)) =>
             {
                 self.done[*coll as usize] = true;
@@ -73,7 +73,7 @@ impl Batch {
             Item::Idle(coll, token) => {
                 self.tokens.insert(coll, token);
             }
-            Item::Event(coll, event, _) => {
+            Item::Event(coll, event, _, decoded) => {
                 if let Some(t) = event.cluster_time {
                     self.newest_cluster_time = self.newest_cluster_time.max(t.time);
                 }
@@ -81,7 +81,7 @@ impl Batch {
                 match (&event.operation_type, key) {
                     (OperationType::Insert | OperationType::Update | OperationType::Replace, Some(id)) => {
                         self.events.push(match event.full_document {
-                            Some(doc) => Event::Upsert { coll, key: id_key(&id), raw_id: id, doc },
+                            Some(doc) => Event::Upsert { coll, key: id_key(&id), raw_id: id, doc, decoded },
                             // Looked up after it was deleted: gone now.
                             None => Event::Remove { coll, key: id_key(&id), raw_id: id },
                         });

@@ -75,7 +75,7 @@ impl Engine<'_> {
             // The window runs from the first event's arrival: one that
             // queued while the previous batch was being written has waited.
             let arrived = match &first {
-                Item::Event(_, _, at) => tokio::time::Instant::from_std(*at),
+                Item::Event(_, _, at, _) => tokio::time::Instant::from_std(*at),
                 _ => tokio::time::Instant::now(),
             };
             let mut items = vec![first];
@@ -177,7 +177,7 @@ impl Engine<'_> {
         let collection = self.source.database().collection::<mongodb::bson::RawDocumentBuf>(name);
         let found = self.source.bounded(name, collection.find_one(mongodb::bson::doc! { "_id": id.clone() })).await?;
         Ok(match found {
-            Some(doc) => Event::Upsert { coll, key: id_key(&id), raw_id: id, doc },
+            Some(doc) => Event::Upsert { coll, key: id_key(&id), raw_id: id, doc, decoded: None },
             None => Event::Remove { coll, key: id_key(&id), raw_id: id },
         })
     }

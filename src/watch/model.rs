@@ -2,6 +2,8 @@
 //! document (by its `_id` as BSON), and its new state.
 
 use crate::config::Collections;
+use crate::model::report::{RefReport, Rejection};
+use crate::model::video::VideoDoc;
 use mongodb::bson::{Bson, RawDocument, RawDocumentBuf};
 
 /// A document's identity: its `_id` as BSON (an ObjectId and a string of
@@ -62,6 +64,42 @@ impl Coll {
 /// One document's new state.
 #[derive(Debug, Clone)]
 pub enum Event {
-    Upsert { coll: Coll, key: IdKey, raw_id: Bson, doc: RawDocumentBuf },
-    Remove { coll: Coll, key: IdKey, raw_id: Bson },
+    /// `decoded`, when present, is [`decode`] of `doc`, done before the
+    /// batch (a video's, by the stream task as the event arrived).
+    Upsert {
+        coll: Coll,
+        key: IdKey,
+        raw_id: Bson,
+        doc: RawDocumentBuf,
+        decoded: Option<Box<Decoded>>,
+    },
+    Remove {
+        coll: Coll,
+        key: IdKey,
+        raw_id: Bson,
+    },
+}
+
+/// A video document decoded (its detail payload rendered), and the
+/// rejection to report when it is unusable.
+pub type Decoded = (Result<VideoDoc, Rejection>, Option<Rejection>);
+
+/// Decodes a video document with the rebuild's decoder. It needs nothing
+/// but the document, so it runs where the event arrives, beside the
+/// engine writing the batch before, rather than in the batch's serial
+/// path.
+pub fn decode(doc: &RawDocument) -> Decoded {
+    let result = crate::model::decode::doc_id(doc)
+        .and_then(|id| crate::model::video::decode_video(doc, id, &mut RefReport::default(), true));
+    let rejected = result.as_ref().err().cloned();
+    (result, rejected)
+}
+
+/// What the stream task decodes of an event's document as it arrives: a
+/// video's (the catalogue's are assembled with the batch).
+pub fn decode_on_arrival(coll: Coll, doc: Option<&RawDocumentBuf>) -> Option<Box<Decoded>> {
+    match (coll, doc) {
+        (Coll::Video, Some(doc)) => Some(Box::new(decode(doc))),
+        _ => None,
+    }
 }

@@ -717,9 +717,9 @@ impl State {
         };
         for event in events {
             match event {
-                Event::Upsert { coll: Coll::Video, key, raw_id, doc } => {
+                Event::Upsert { coll: Coll::Video, key, raw_id, doc, decoded } => {
                     self.before_video(&key, &raw_id, &mut applied);
-                    let (video, rejected) = decode(&doc, true);
+                    let (video, rejected) = decoded.map_or_else(|| super::model::decode(&doc), |d| *d);
                     applied.rejected.extend(rejected);
                     self.put_video(key, raw_id, video);
                 }
@@ -729,7 +729,7 @@ impl State {
                         self.details.remove(&h);
                     }
                 }
-                Event::Upsert { coll, key, raw_id, doc } => {
+                Event::Upsert { coll, key, raw_id, doc, .. } => {
                     let old = self.catalog_docs[coll as usize].insert(key.clone(), doc.clone());
                     touch_catalog(coll, &raw_id, old.as_ref(), Some(&doc), &mut applied);
                     let prior = old.map_or(Prior::Absent, Prior::Replaced);
@@ -913,13 +913,6 @@ pub fn written_ids(events: &[Event]) -> BTreeSet<String> {
         .collect()
 }
 
-/// Decodes a video document (the same decoder a rebuild uses).
-fn decode(doc: &RawDocument, want_detail: bool) -> (Result<VideoDoc, Rejection>, Option<Rejection>) {
-    let result = doc_id(doc).and_then(|id| decode_video(doc, id, &mut RefReport::default(), want_detail));
-    let rejected = result.as_ref().err().cloned();
-    (result, rejected)
-}
-
 fn touch_catalog(
     coll: Coll,
     raw_id: &Bson,
@@ -975,9 +968,10 @@ mod tests {
         let (kept, gone, repeat) = (ObjectId::new(), ObjectId::new(), ObjectId::new());
         let video = |id: Bson| raw(doc! { "_id": id, "title": "t", "listStatus": 1, "categoryIds": ["c1"] });
         let loaded = vec![video(Bson::ObjectId(kept)), video(Bson::ObjectId(gone)), video(Bson::ObjectId(repeat))];
+        let loaded_again = loaded.clone();
         let mut state = State::new(&names, vec![], vec![], vec![]);
         state.load_videos(loaded);
-        let upsert = |coll, id: Bson, doc| Event::Upsert { coll, key: id_key(&id), raw_id: id, doc };
+        let upsert = |coll, id: Bson, doc| Event::Upsert { coll, key: id_key(&id), raw_id: id, doc, decoded: None };
         let remove = |coll, id: Bson| Event::Remove { coll, key: id_key(&id), raw_id: id };
         let events = vec![
             upsert(Coll::Video, Bson::ObjectId(kept), video(Bson::ObjectId(kept))),
@@ -991,10 +985,34 @@ mod tests {
             upsert(Coll::Category, Bson::String("c1".into()), raw(doc! { "_id": "c1", "name": "C", "status": 1 })),
         ];
         let before = written_ids(&events);
-        let applied = state.apply(events);
+        // The same batch with its videos decoded as the stream task does
+        // on arrival, into a copy of the state.
+        let mut other = State::new(&names, vec![], vec![], vec![]);
+        other.load_videos(loaded_again);
+        let arrived: Vec<Event> = events
+            .iter()
+            .cloned()
+            .map(|event| match event {
+                Event::Upsert { coll, key, raw_id, doc, .. } => {
+                    let decoded = crate::watch::model::decode_on_arrival(coll, Some(&doc));
+                    Event::Upsert { coll, key, raw_id, doc, decoded }
+                }
+                removed => removed,
+            })
+            .collect();
+        let (applied, applied_other) = (state.apply(events), other.apply(arrived));
         let touched: BTreeSet<String> = applied.videos.keys().cloned().collect();
         assert_eq!(before, touched);
         assert!(touched.contains("fresh") && touched.contains(&repeat.to_hex()) && touched.len() == 5, "{touched:?}");
+        assert_eq!(applied.rejected, applied_other.rejected);
+        assert!(applied.rejected.len() == 1, "the double id: {:?}", applied.rejected);
+        let seen = |state: &State, w: &str| {
+            state.effective(w).map(|v| (v.added_ms, v.cats.len(), v.tags.len(), v.detail.map(str::to_owned)))
+        };
+        for w in &touched {
+            assert_eq!(seen(&state, w), seen(&other, w), "{w}");
+        }
+        assert!(seen(&other, "fresh").is_some_and(|(_, _, _, detail)| detail.is_some()));
     }
 
     #[test]

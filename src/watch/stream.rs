@@ -37,7 +37,8 @@ pub enum StartAt {
 /// What a stream task reports.
 pub enum Item {
     /// An event and when this process received it.
-    Event(Coll, Box<ChangeStreamEvent<RawDocumentBuf>>, Instant),
+    /// A video's full document comes decoded too (see [`super::model::decode`]).
+    Event(Coll, Box<ChangeStreamEvent<RawDocumentBuf>>, Instant, Option<Box<super::model::Decoded>>),
     /// No events; the stream has moved to this token.
     Idle(Coll, ResumeToken),
     Failed(Coll, mongodb::error::Error),
@@ -149,7 +150,11 @@ pub async fn follow(
         match next {
             Ok(Some(event)) => {
                 tracing::trace!(collection = %name, op = ?event.operation_type, "change event");
-                if tx.send(Item::Event(coll, Box::new(event), Instant::now())).await.is_err() {
+                let arrived = Instant::now();
+                // Decoded here, beside the engine's writes, not in the
+                // batch's serial path. Short: one document.
+                let decoded = super::model::decode_on_arrival(coll, event.full_document.as_ref());
+                if tx.send(Item::Event(coll, Box::new(event), arrived, decoded)).await.is_err() {
                     return;
                 }
             }

@@ -210,7 +210,7 @@ impl Engine<'_> {
             crate::tasks::spawn(async move { sink.video_memberships(&keys, ids.iter()).await })
         };
         let mut applied = self.in_memory(|| state.apply(events));
-        let decoded = started.elapsed();
+        let applied_at = started.elapsed();
         // A repeated id whose first owner went away: the next owner was
         // loaded without its detail, so read it again.
         let missing: Vec<_> = applied.videos.keys().filter_map(|w| state.needs_detail(w)).collect();
@@ -267,8 +267,8 @@ impl Engine<'_> {
         }
         .await;
         tracing::debug!(
-            decode_ms = decoded.as_millis() as u64,
-            read_ms = (read - decoded).as_millis() as u64,
+            apply_ms = applied_at.as_millis() as u64,
+            read_ms = (read - applied_at).as_millis() as u64,
             plan_ms = (planned - read).as_millis() as u64,
             write_ms = (started.elapsed() - planned).as_millis() as u64,
             visited = plan.visited,

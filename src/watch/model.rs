@@ -80,19 +80,17 @@ pub enum Event {
     },
 }
 
-/// A video document decoded (its detail payload rendered), and the
-/// rejection to report when it is unusable.
-pub type Decoded = (Result<VideoDoc, Rejection>, Option<Rejection>);
+/// A video document decoded (its detail payload rendered), or why it is
+/// rejected.
+pub type Decoded = Result<VideoDoc, Rejection>;
 
 /// Decodes a video document with the rebuild's decoder. It needs nothing
 /// but the document, so it runs where the event arrives, beside the
 /// engine writing the batch before, rather than in the batch's serial
 /// path.
 pub fn decode(doc: &RawDocument) -> Decoded {
-    let result = crate::model::decode::doc_id(doc)
-        .and_then(|id| crate::model::video::decode_video(doc, id, &mut RefReport::default(), true));
-    let rejected = result.as_ref().err().cloned();
-    (result, rejected)
+    crate::model::decode::doc_id(doc)
+        .and_then(|id| crate::model::video::decode_video(doc, id, &mut RefReport::default(), true))
 }
 
 /// What the stream task decodes of an event's document as it arrives: a

@@ -719,8 +719,8 @@ impl State {
             match event {
                 Event::Upsert { coll: Coll::Video, key, raw_id, doc, decoded } => {
                     self.before_video(&key, &raw_id, &mut applied);
-                    let (video, rejected) = decoded.map_or_else(|| super::model::decode(&doc), |d| *d);
-                    applied.rejected.extend(rejected);
+                    let video = decoded.map_or_else(|| super::model::decode(&doc), |d| *d);
+                    applied.rejected.extend(video.as_ref().err().cloned());
                     self.put_video(key, raw_id, video);
                 }
                 Event::Remove { coll: Coll::Video, key, raw_id } => {
@@ -1007,7 +1007,8 @@ mod tests {
         assert_eq!(applied.rejected, applied_other.rejected);
         assert!(applied.rejected.len() == 1, "the double id: {:?}", applied.rejected);
         let seen = |state: &State, w: &str| {
-            state.effective(w).map(|v| (v.added_ms, v.cats.len(), v.tags.len(), v.detail.map(str::to_owned)))
+            let names = |syms: &[Sym]| syms.iter().map(|&s| state.name(s).to_string()).collect::<Vec<_>>();
+            state.effective(w).map(|v| (v.added_ms, names(v.cats), names(v.tags), v.detail.map(str::to_owned)))
         };
         for w in &touched {
             assert_eq!(seen(&state, w), seen(&other, w), "{w}");

@@ -197,6 +197,52 @@ async fn a_lost_epoch_copy_is_restored_by_the_current_writer_only() {
     drop(lease_a);
 }
 
+/// The write scripts go by hash. A master that lost them (`SCRIPT
+/// FLUSH`, as a restarted master has) answers `NOSCRIPT` without running
+/// anything; those calls go again by text, which stores the script there
+/// for the calls after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_that_lost_the_write_scripts_is_given_them_again() {
+    let _serial = SERIAL.lock().await;
+    let cfg = cluster_config(&common::unique("noscript"));
+    common::generate(&cfg, 8_000, 37).await;
+    rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.expect("first rebuild");
+    let masters = common::node_urls(&cfg.redis_url).await;
+    let group_sha = redis::Script::new(cachewright::sink::cluster::GROUP_SCRIPT).get_hash().to_string();
+    let holds = |node: String| {
+        let sha = group_sha.clone();
+        async move {
+            let mut conn = common::plain_conn(&node).await;
+            let held: Vec<bool> = redis::cmd("SCRIPT").arg("EXISTS").arg(sha).query_async(&mut conn).await.unwrap();
+            held == [true]
+        }
+    };
+    let mut refused = 0;
+    for node in &masters {
+        assert!(holds(node.clone()).await, "{node} holds the group script after a rebuild");
+        let mut conn = common::plain_conn(node).await;
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
+        refused += failed_calls(node, "evalsha").await;
+    }
+    rebuild(&cfg, &RebuildOptions::full(), &Progress::hidden()).await.expect("rebuild after the flush");
+    let mut refused_after = 0;
+    for node in &masters {
+        assert!(holds(node.clone()).await, "{node} holds the group script again");
+        refused_after += failed_calls(node, "evalsha").await;
+    }
+    assert!(refused_after > refused, "the masters answered NOSCRIPT to calls by hash");
+    assert_exact(&cfg).await;
+}
+
+/// The calls of `command` that failed on the Redis at `url`.
+async fn failed_calls(url: &str, command: &str) -> u64 {
+    let mut conn = common::plain_conn(url).await;
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await.unwrap();
+    let line = info.lines().find(|l| l.starts_with(&format!("cmdstat_{command}:")));
+    line.and_then(|l| l.split([':', ',']).find_map(|f| f.strip_prefix("failed_calls=")))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
 /// Runs the `cachewright` binary on `cfg` with `args`: its exit code and
 /// standard output.
 fn run(cfg: &cachewright::config::Config, args: &[&str]) -> (Option<i32>, String) {

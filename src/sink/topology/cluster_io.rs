@@ -2,7 +2,7 @@
 //! a master refuses), the epoch's copies, per-master commands and scans
 //! that follow the slot map.
 
-use crate::sink::cluster::{self, Layout, RAISE_GROUP_SCRIPT, RAISE_SCRIPT, SlotPart, WRITE_SCRIPT};
+use crate::sink::cluster::{self, Layout, Named, RAISE_SCRIPT, SlotPart, WRITE_SCRIPT};
 use crate::sink::conn::{Seam, Topology};
 use crate::sink::router::Router;
 use crate::sink::topology::script_args::push_commands;
@@ -244,7 +244,8 @@ impl Sink {
     /// when the master refused it (an error reply: a moved slot,
     /// `TRYAGAIN`, a lost epoch copy, a fence) or it was lost with a
     /// connection; the caller then sends it again on its own, following
-    /// the cluster.
+    /// the cluster. `command` names its script as told: by hash first,
+    /// and again by text for the calls a master answered `NOSCRIPT`.
     ///
     /// The flag says whether any pipeline failed in a way that leaves its
     /// fate unknown (timed out, or its connection broke after sending):
@@ -253,33 +254,49 @@ impl Sink {
         &self,
         router: &Router,
         by_master: Vec<(String, Vec<T>)>,
-        command: impl Fn(&T) -> redis::Cmd,
+        command: impl Fn(&T, Named) -> redis::Cmd,
     ) -> (Vec<(T, Option<redis::Value>)>, bool) {
         let command = &command;
-        let sent = by_master.into_iter().map(|(addr, items)| async move {
+        let pipe = |items: &mut dyn Iterator<Item = &T>, named| {
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
-            for item in &items {
-                pipe.add_command(command(item));
+            for item in items {
+                pipe.add_command(command(item, named));
             }
-            match router.pipeline_on_node(&addr, &pipe).await {
-                Ok(replies) if replies.len() == items.len() => (
-                    items
-                        .into_iter()
-                        .zip(replies)
-                        .map(|(item, reply)| match reply {
-                            redis::Value::ServerError(err) => {
-                                tracing::debug!(node = %addr, error = ?err, "a master refused a write; sent again on its own");
-                                (item, None)
-                            }
-                            reply => (item, Some(reply)),
-                        })
-                        .collect::<Vec<_>>(),
-                    false,
-                ),
-                Ok(_) => (items.into_iter().map(|item| (item, None)).collect(), true),
-                Err(err) => (items.into_iter().map(|item| (item, None)).collect(), crate::sink::is_ambiguous(&err)),
+            pipe
+        };
+        let pipe = &pipe;
+        let sent = by_master.into_iter().map(|(addr, items)| async move {
+            let mut replies = match router.pipeline_on_node(&addr, &pipe(&mut items.iter(), Named::ByHash)).await {
+                Ok(replies) if replies.len() == items.len() => replies,
+                Ok(_) => return (items.into_iter().map(|item| (item, None)).collect(), true),
+                Err(err) => {
+                    return (items.into_iter().map(|item| (item, None)).collect(), crate::sink::is_ambiguous(&err));
+                }
+            };
+            // A master that does not hold the script ran none of these
+            // calls: they go again by text, which stores it there. Calls
+            // still unanswered go on as refused.
+            let missing: Vec<usize> = (0..replies.len()).filter(|&i| cluster::is_noscript(&replies[i])).collect();
+            let mut ambiguous = false;
+            if !missing.is_empty() {
+                let again = pipe(&mut missing.iter().map(|&i| &items[i]), Named::ByText);
+                match router.pipeline_on_node(&addr, &again).await {
+                    Ok(answers) if answers.len() == missing.len() => {
+                        missing.into_iter().zip(answers).for_each(|(i, answer)| replies[i] = answer);
+                    }
+                    Ok(_) => ambiguous = true,
+                    Err(err) => ambiguous = crate::sink::is_ambiguous(&err),
+                }
             }
+            let answered = items.into_iter().zip(replies).map(|(item, reply)| match reply {
+                redis::Value::ServerError(err) => {
+                    tracing::debug!(node = %addr, error = ?err, "a master refused a write; sent again on its own");
+                    (item, None)
+                }
+                reply => (item, Some(reply)),
+            });
+            (answered.collect::<Vec<_>>(), ambiguous)
         });
         let mut ambiguous = false;
         let mut out = Vec::new();
@@ -311,7 +328,9 @@ impl Sink {
         let epoch = self.fence.as_ref().map(Fence::epoch);
         let groups = by_master.into_iter().map(|(addr, parts)| (addr, cluster::bounded_groups(parts))).collect();
         let (sent, ambiguous) = self
-            .per_master_pipelines(router, groups, |parts| cluster::group_command(&self.status_prefix, epoch, parts))
+            .per_master_pipelines(router, groups, |parts, named| {
+                cluster::group_command(&self.status_prefix, epoch, parts, named)
+            })
             .await;
         for (parts, reply) in sent {
             if reply.is_none() {
@@ -483,9 +502,9 @@ impl Sink {
             // one does no harm, so the fate of a lost reply does not
             // matter here.
             let (sent, _) = self
-                .per_master_pipelines(router, chunks, |slots: &Vec<u16>| {
-                    let mut cmd = redis::cmd("EVAL");
-                    cmd.arg(RAISE_GROUP_SCRIPT).arg(0).arg(&epoch);
+                .per_master_pipelines(router, chunks, |slots: &Vec<u16>, named| {
+                    let mut cmd = cluster::RAISE_GROUP.call(named);
+                    cmd.arg(0).arg(&epoch);
                     for slot in slots {
                         cmd.arg(crate::keys::status::epoch_copy_key(&self.status_prefix, *slot));
                     }

@@ -20,7 +20,7 @@
 use crate::sink::topology::script_args::push_commands;
 use crate::sink::write::unit::{Entry, Unit};
 use indexmap::IndexMap;
-use std::sync::LazyLock;
+use std::sync::OnceLock;
 
 pub use crate::keys::slot::{SLOTS, slot};
 use crate::keys::status::{epoch_copy_key, probe_key};
@@ -242,19 +242,19 @@ pub enum Named {
 /// once per process.
 pub struct Script {
     text: &'static str,
-    sha: LazyLock<String>,
+    sha: OnceLock<String>,
 }
 
 impl Script {
-    const fn new(text: &'static str, sha: fn() -> String) -> Script {
-        Script { text, sha: LazyLock::new(sha) }
+    const fn new(text: &'static str) -> Script {
+        Script { text, sha: OnceLock::new() }
     }
 
     /// `EVALSHA sha` or `EVAL text`, for the caller to add `numkeys`,
     /// the keys and the arguments.
     pub fn call(&self, named: Named) -> redis::Cmd {
-        let (name, script) = match named {
-            Named::ByHash => ("EVALSHA", self.sha.as_str()),
+        let (name, script): (_, &str) = match named {
+            Named::ByHash => ("EVALSHA", self.sha.get_or_init(|| redis::Script::new(self.text).get_hash().to_string())),
             Named::ByText => ("EVAL", self.text),
         };
         let mut cmd = redis::cmd(name);
@@ -263,14 +263,13 @@ impl Script {
     }
 }
 
-fn sha1_hex(text: &str) -> String {
-    redis::Script::new(text).get_hash().to_string()
-}
-
-/// [`GROUP_SCRIPT`], called by hash once a master holds it.
-pub static GROUP: Script = Script::new(GROUP_SCRIPT, || sha1_hex(GROUP_SCRIPT));
-/// [`RAISE_GROUP_SCRIPT`], likewise.
-pub static RAISE_GROUP: Script = Script::new(RAISE_GROUP_SCRIPT, || sha1_hex(RAISE_GROUP_SCRIPT));
+/// The scripts the cluster's writes call, each by hash once a master
+/// holds it: one master's slot parts ([`GROUP_SCRIPT`]), one slot's
+/// part ([`WRITE_SCRIPT`]), epoch copies raised many at once or one.
+pub static GROUP: Script = Script::new(GROUP_SCRIPT);
+pub static WRITE: Script = Script::new(WRITE_SCRIPT);
+pub static RAISE_GROUP: Script = Script::new(RAISE_GROUP_SCRIPT);
+pub static RAISE: Script = Script::new(RAISE_SCRIPT);
 
 /// Whether a reply says the master does not hold the script called: the
 /// call did not run at all.

@@ -2,7 +2,7 @@
 //! a master refuses), the epoch's copies, per-master commands and scans
 //! that follow the slot map.
 
-use crate::sink::cluster::{self, Layout, Named, RAISE_SCRIPT, SlotPart, WRITE_SCRIPT};
+use crate::sink::cluster::{self, Layout, Named, SlotPart};
 use crate::sink::conn::{Seam, Topology};
 use crate::sink::router::Router;
 use crate::sink::topology::script_args::push_commands;
@@ -10,7 +10,6 @@ use crate::sink::{Fence, RedisConn, Sink, SinkError, Unit, is_retriable};
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
-use std::sync::LazyLock;
 use std::time::Duration;
 
 /// Slot parts (or epoch copies) sent one by one at once, after the
@@ -29,35 +28,31 @@ const SETTLE_PAUSE: Duration = Duration::from_millis(250);
 const ARM_ROUNDS: u32 = 16;
 const ARM_PAUSE: Duration = Duration::from_secs(1);
 
-static WRITE_SHA: LazyLock<String> = LazyLock::new(|| redis::Script::new(WRITE_SCRIPT).get_hash().to_string());
-static RAISE_SHA: LazyLock<String> = LazyLock::new(|| redis::Script::new(RAISE_SCRIPT).get_hash().to_string());
-
-/// A script call by hash, and the same call with the script's text for a
-/// master that does not know it yet (`NOSCRIPT`: new, or restarted).
+/// A script call by hash, and the same call by text for a master that
+/// does not hold the script yet (`NOSCRIPT`: new, or restarted).
 struct ScriptCall {
     by_hash: redis::Cmd,
-    source: &'static str,
+    script: &'static cluster::Script,
 }
 
 impl ScriptCall {
-    fn new(sha: &str, source: &'static str, keys: &[&[u8]], args: &[&[u8]]) -> ScriptCall {
-        let mut by_hash = redis::cmd("EVALSHA");
-        by_hash.arg(sha).arg(keys.len());
+    fn new(script: &'static cluster::Script, keys: &[&[u8]], args: &[&[u8]]) -> ScriptCall {
+        let mut by_hash = script.call(Named::ByHash);
+        by_hash.arg(keys.len());
         for key in keys {
             by_hash.arg(*key);
         }
         for arg in args {
             by_hash.arg(*arg);
         }
-        ScriptCall { by_hash, source }
+        ScriptCall { by_hash, script }
     }
 
     async fn run(&self, conn: &mut RedisConn) -> redis::RedisResult<()> {
         match self.by_hash.query_async::<redis::Value>(conn).await {
             Ok(_) => Ok(()),
             Err(err) if err.code() == Some("NOSCRIPT") => {
-                let mut by_text = redis::cmd("EVAL");
-                by_text.arg(self.source);
+                let mut by_text = self.script.call(Named::ByText);
                 for arg in cluster::cmd_args(&self.by_hash).into_iter().skip(2) {
                     by_text.arg(arg);
                 }
@@ -376,7 +371,7 @@ impl Sink {
         let mut owned: Vec<Vec<u8>> = vec![epoch.into_bytes()];
         push_commands(part.commands.iter().map(Vec::as_slice), |arg| owned.push(arg.to_vec()));
         let args: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
-        ScriptCall::new(&WRITE_SHA, WRITE_SCRIPT, &keys, &args)
+        ScriptCall::new(&cluster::WRITE, &keys, &args)
     }
 
     /// One part on its own, following the cluster: redirections, retries,
@@ -459,7 +454,7 @@ impl Sink {
     async fn raise_copy(&self, epoch: u64, slot: u16) -> Result<(), SinkError> {
         let key = crate::keys::status::epoch_copy_key(&self.status_prefix, slot);
         let epoch = epoch.to_string();
-        let call = ScriptCall::new(&RAISE_SHA, RAISE_SCRIPT, &[key.as_bytes()], &[epoch.as_bytes()]);
+        let call = ScriptCall::new(&cluster::RAISE, &[key.as_bytes()], &[epoch.as_bytes()]);
         let conn = &self.conn;
         self.retry
             .run(|| {

@@ -6,6 +6,7 @@
 mod check;
 mod control;
 mod fence;
+pub mod script;
 mod topology;
 mod write;
 

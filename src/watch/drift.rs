@@ -302,9 +302,7 @@ fn catalog_keys(state: &State, ctx: &PlanCtx) -> HashMap<FamilyId, Vec<Expected>
 /// document changed and the watcher has not applied it yet, or it is no
 /// longer an active video).
 pub fn detail_of(state: &State, probe: &DetailProbe, doc: &mongodb::bson::RawDocument) -> Option<String> {
-    let id = crate::model::decode::doc_id(doc).ok()?;
-    let video =
-        crate::model::video::decode_video(doc, id, &mut crate::model::report::RefReport::default(), true).ok()?;
+    let video = super::model::decode(doc).ok()?;
     let (added_ms, cats, tags) = &probe.view;
     let names = |syms: &[crate::model::compact::Sym]| -> Vec<&str> { syms.iter().map(|s| state.name(*s)).collect() };
     let same = video.active

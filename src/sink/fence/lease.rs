@@ -15,6 +15,7 @@
 
 use crate::keys::status::StatusKeys;
 use crate::sink::RedisConn;
+use crate::sink::script::Script;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -39,7 +40,8 @@ pub enum LeaseError {
 /// that attempt set, which no one else can have raised since (only a
 /// holder raises it), so it answers that epoch instead of waiting out its
 /// own lease.
-const ACQUIRE: &str = "\
+static ACQUIRE: Script = Script::new(
+    "\
 local held = redis.call('GET', KEYS[1])
 if held == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -51,12 +53,14 @@ local e = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
 local t = tonumber(ARGV[3])
 if t > e then e = t end
 redis.call('SET', KEYS[2], string.format('%d', e))
-return e";
+return e",
+);
 /// Extends the lease only while it is ours.
-const RENEW: &str =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
-const RELEASE: &str =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+static RENEW: Script = Script::new(
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0",
+);
+static RELEASE: Script =
+    Script::new("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end");
 
 /// What the holder knows of its lease, shared with its fences.
 #[derive(Debug)]
@@ -103,12 +107,14 @@ pub struct Fence {
 
 /// Raises the epoch from `ARGV[1]` to `ARGV[2]` only while it still holds
 /// `ARGV[1]`: the caller's own epoch, which only a take-over moves.
-const RAISE_OWN: &str = "\
+static RAISE_OWN: Script = Script::new(
+    "\
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2])
   return 1
 end
-return 0";
+return 0",
+);
 
 impl Fence {
     /// The epoch writes go under now.
@@ -132,7 +138,7 @@ impl Fence {
             return Ok(Some(current));
         }
         let next = current + 1;
-        let raised: i64 = eval(conn, RAISE_OWN, &[&self.key], &[current.to_string(), next.to_string()]).await?;
+        let raised: i64 = eval(conn, &RAISE_OWN, &[&self.key], &[current.to_string(), next.to_string()]).await?;
         if raised != 1 {
             self.mark_lost();
             return Ok(None);
@@ -233,7 +239,7 @@ impl Lease {
         // this future: dropped while it waits (a cancelled job) or failed
         // on a lost reply, the guard releases what it may have taken.
         let guard = Unclaimed { conn: Some(conn.clone()), key: key.clone(), token: token.clone() };
-        let epoch: u64 = eval(&mut c, ACQUIRE, &[&key, &keys.epoch()], &args).await?;
+        let epoch: u64 = eval(&mut c, &ACQUIRE, &[&key, &keys.epoch()], &args).await?;
         guard.disarm();
         if epoch == 0 {
             let holder: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut c).await?;
@@ -343,32 +349,20 @@ impl Drop for Unclaimed {
     }
 }
 
-/// Runs a script by its hash, or by its text where that server does not
-/// know it yet (new, restarted or just promoted); both go to the master of
-/// the script's keys. Never `SCRIPT LOAD`, as the driver's `invoke_async`
-/// does: on a cluster that goes to every master, so one stalled master
-/// would hold the first use of a script on all of them (a lease renewal
-/// among them) for a whole response timeout.
+/// Runs `script` by hash, or by text where that server does not hold it
+/// yet (new, restarted or just promoted); both go to the master of the
+/// script's keys (see [`crate::sink::script`]).
 async fn eval<T: redis::FromRedisValue>(
     conn: &mut RedisConn,
-    source: &str,
+    script: &'static Script,
     keys: &[&str],
     args: &[String],
 ) -> redis::RedisResult<T> {
-    let mut by_hash = redis::cmd("EVALSHA");
-    by_hash.arg(redis::Script::new(source).get_hash()).arg(keys.len()).arg(keys).arg(args);
-    match by_hash.query_async(conn).await {
-        Err(err) if err.code() == Some("NOSCRIPT") => {
-            let mut by_text = redis::cmd("EVAL");
-            by_text.arg(source).arg(keys.len()).arg(keys).arg(args);
-            by_text.query_async(conn).await
-        }
-        other => other,
-    }
+    script.run(&script.with(keys, args), conn).await
 }
 
 async fn release(mut conn: RedisConn, key: String, token: String) {
-    let released: redis::RedisResult<i64> = eval(&mut conn, RELEASE, &[&key], std::slice::from_ref(&token)).await;
+    let released: redis::RedisResult<i64> = eval(&mut conn, &RELEASE, &[&key], std::slice::from_ref(&token)).await;
     match released {
         Ok(_) => tracing::debug!(key = %key, "writer lease released"),
         Err(err) => {
@@ -387,7 +381,7 @@ async fn renew(mut conn: RedisConn, key: String, token: String, state: Arc<Lease
         let sent = state.since_origin_ms();
         let args = [token.clone(), state.ttl.as_millis().to_string()];
         let renewed: Result<redis::RedisResult<i64>, _> =
-            tokio::time::timeout(every, eval(&mut conn, RENEW, &[&key], &args)).await;
+            tokio::time::timeout(every, eval(&mut conn, &RENEW, &[&key], &args)).await;
         match renewed {
             Ok(Ok(1)) => state.renewed_at_ms.store(sent, Ordering::SeqCst),
             Ok(Ok(_)) => {

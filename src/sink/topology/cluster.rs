@@ -17,10 +17,10 @@
 //! copy on its master with the writer's epoch, inside the same atomic
 //! step as the writes. See ARCHITECTURE.md, "Fencing on a cluster".
 
+use crate::sink::script::{Named, Script};
 use crate::sink::topology::script_args::push_commands;
 use crate::sink::write::unit::{Entry, Unit};
 use indexmap::IndexMap;
-use std::sync::OnceLock;
 
 pub use crate::keys::slot::{SLOTS, slot};
 use crate::keys::status::{epoch_copy_key, probe_key};
@@ -226,43 +226,6 @@ pub fn bounded_groups(parts: Vec<SlotPart<'_>>) -> Vec<Vec<SlotPart<'_>>> {
     groups
 }
 
-/// How a call names its script: by its SHA1, or by its text for a
-/// master that does not hold it yet (new, restarted, or its script cache
-/// flushed), which also stores it there. By hash, Redis neither reads
-/// nor hashes the script's text again: about 2 KB a call for the group
-/// script, whose SHA1 was about 2% of a master's time in a cluster
-/// drain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Named {
-    ByHash,
-    ByText,
-}
-
-/// A script's text with its SHA1 (hex, as `EVALSHA` takes it), hashed
-/// once per process.
-pub struct Script {
-    text: &'static str,
-    sha: OnceLock<String>,
-}
-
-impl Script {
-    const fn new(text: &'static str) -> Script {
-        Script { text, sha: OnceLock::new() }
-    }
-
-    /// `EVALSHA sha` or `EVAL text`, for the caller to add `numkeys`,
-    /// the keys and the arguments.
-    pub fn call(&self, named: Named) -> redis::Cmd {
-        let (name, script): (_, &str) = match named {
-            Named::ByHash => ("EVALSHA", self.sha.get_or_init(|| redis::Script::new(self.text).get_hash().to_string())),
-            Named::ByText => ("EVAL", self.text),
-        };
-        let mut cmd = redis::cmd(name);
-        cmd.arg(script);
-        cmd
-    }
-}
-
 /// The scripts the cluster's writes call, each by hash once a master
 /// holds it: one master's slot parts ([`GROUP_SCRIPT`]), one slot's
 /// part ([`WRITE_SCRIPT`]), epoch copies raised many at once or one.
@@ -270,12 +233,6 @@ pub static GROUP: Script = Script::new(GROUP_SCRIPT);
 pub static WRITE: Script = Script::new(WRITE_SCRIPT);
 pub static RAISE_GROUP: Script = Script::new(RAISE_GROUP_SCRIPT);
 pub static RAISE: Script = Script::new(RAISE_SCRIPT);
-
-/// Whether a reply says the master does not hold the script called: the
-/// call did not run at all.
-pub fn is_noscript(reply: &redis::Value) -> bool {
-    matches!(reply, redis::Value::ServerError(err) if err.code() == "NOSCRIPT")
-}
 
 /// The call of [`GROUP_SCRIPT`] for one master's `parts` (at least one),
 /// fenced by `epoch` when given.

@@ -2,9 +2,10 @@
 //! a master refuses), the epoch's copies, per-master commands and scans
 //! that follow the slot map.
 
-use crate::sink::cluster::{self, Layout, Named, SlotPart};
+use crate::sink::cluster::{self, Layout, SlotPart};
 use crate::sink::conn::{Seam, Topology};
 use crate::sink::router::Router;
+use crate::sink::script::{Named, Script, is_noscript};
 use crate::sink::topology::script_args::push_commands;
 use crate::sink::{Fence, RedisConn, Sink, SinkError, Unit, is_retriable};
 use futures::future::BoxFuture;
@@ -28,38 +29,20 @@ const SETTLE_PAUSE: Duration = Duration::from_millis(250);
 const ARM_ROUNDS: u32 = 16;
 const ARM_PAUSE: Duration = Duration::from_secs(1);
 
-/// A script call by hash, and the same call by text for a master that
-/// does not hold the script yet (`NOSCRIPT`: new, or restarted).
+/// A call of one of the cluster's scripts by hash, kept to be sent again
+/// as the writer retries.
 struct ScriptCall {
     by_hash: redis::Cmd,
-    script: &'static cluster::Script,
+    script: &'static Script,
 }
 
 impl ScriptCall {
-    fn new(script: &'static cluster::Script, keys: &[&[u8]], args: &[&[u8]]) -> ScriptCall {
-        let mut by_hash = script.call(Named::ByHash);
-        by_hash.arg(keys.len());
-        for key in keys {
-            by_hash.arg(*key);
-        }
-        for arg in args {
-            by_hash.arg(*arg);
-        }
-        ScriptCall { by_hash, script }
+    fn new(script: &'static Script, keys: &[&[u8]], args: &[&[u8]]) -> ScriptCall {
+        ScriptCall { by_hash: script.with(keys, args), script }
     }
 
     async fn run(&self, conn: &mut RedisConn) -> redis::RedisResult<()> {
-        match self.by_hash.query_async::<redis::Value>(conn).await {
-            Ok(_) => Ok(()),
-            Err(err) if err.code() == Some("NOSCRIPT") => {
-                let mut by_text = self.script.call(Named::ByText);
-                for arg in cluster::cmd_args(&self.by_hash).into_iter().skip(2) {
-                    by_text.arg(arg);
-                }
-                by_text.query_async::<redis::Value>(conn).await.map(drop)
-            }
-            Err(err) => Err(err),
-        }
+        self.script.run::<redis::Value>(&self.by_hash, conn).await.map(drop)
     }
 }
 
@@ -272,7 +255,7 @@ impl Sink {
             // A master that does not hold the script ran none of these
             // calls: they go again by text, which stores it there. Calls
             // still unanswered go on as refused.
-            let missing: Vec<usize> = (0..replies.len()).filter(|&i| cluster::is_noscript(&replies[i])).collect();
+            let missing: Vec<usize> = (0..replies.len()).filter(|&i| is_noscript(&replies[i])).collect();
             let mut ambiguous = false;
             if !missing.is_empty() {
                 let again = pipe(&mut missing.iter().map(|&i| &items[i]), Named::ByText);

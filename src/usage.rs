@@ -53,6 +53,12 @@ pub fn thread_cpu_time() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// The CPU time the global rayon pool's threads have used so far, each
+/// asked on itself.
+pub fn pool_cpu_time() -> Duration {
+    rayon::broadcast(|_| thread_cpu_time()).into_iter().sum()
+}
+
 /// The allocator settings a process starts with: transparent huge pages
 /// off (unless `CACHEWRIGHT_THP` is set), and for a long-running watcher
 /// (`watch`, `serve`) freed memory returned at once. `cachewright-dev

@@ -378,6 +378,34 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// Starts `cachewright serve` (with its watcher) on a port found free,
+/// and again on another when that port was taken before it could bind
+/// (by a server another test started, or as an outgoing connection's
+/// source port): it then exits at once. Gives the process and its port.
+async fn serve_on_free_port(cfg: &Config, schedules_dir: &std::path::Path) -> (std::process::Child, u16) {
+    for _ in 0..5 {
+        let port = free_port();
+        let mut child = common::cachewright(cfg)
+            .args(["serve", "--window-ms", "50", "--http", &format!("127.0.0.1:{port}"), "--schedules"])
+            .arg(schedules_dir)
+            .spawn()
+            .expect("start cachewright serve");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let exited = |child: &mut std::process::Child| matches!(child.try_wait(), Ok(Some(_)));
+            if exited(&mut child) {
+                break;
+            }
+            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() && !exited(&mut child) {
+                return (child, port);
+            }
+            assert!(std::time::Instant::now() < deadline, "serve did not listen on {port} within 30 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    panic!("serve exited at start on five ports found free in a row")
+}
+
 /// The pid inside a writer-lease holder token (`host/pid-N/…`).
 fn holder_pid(token: &str) -> Option<u32> {
     token.split('/').find_map(|p| p.strip_prefix("pid-")).and_then(|p| p.parse().ok())
@@ -415,17 +443,12 @@ async fn a_stopped_leader_is_replaced_within_a_lease_ttl_and_returns_as_a_follow
         "[[schedule]]\nname = \"daily\"\ncron = \"0 0 3 * * *\"\njob = \"rebuild\"\n",
     )
     .unwrap();
-    let ports = [free_port(), free_port()];
-    let mut children: Vec<std::process::Child> = ports
-        .iter()
-        .map(|port| {
-            common::cachewright(&cfg)
-                .args(["serve", "--window-ms", "50", "--http", &format!("127.0.0.1:{port}"), "--schedules"])
-                .arg(dir.path())
-                .spawn()
-                .expect("start cachewright serve")
-        })
-        .collect();
+    let (mut children, mut ports) = (Vec::new(), Vec::new());
+    for _ in 0..2 {
+        let (child, port) = serve_on_free_port(&cfg, dir.path()).await;
+        children.push(child);
+        ports.push(port);
+    }
     let addr = |i: usize| std::net::SocketAddr::from(([127, 0, 0, 1], ports[i]));
     let url = s.redis.url();
     let leader_pid =

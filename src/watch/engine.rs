@@ -182,12 +182,16 @@ impl Engine<'_> {
         })
     }
 
-    /// Runs a batch's in-memory work off the runtime, counting its CPU.
+    /// Runs a batch's in-memory work off the runtime, counting its CPU:
+    /// the calling thread's and the rayon pool's, where planning spreads
+    /// its scopes. Under `serve`, a scheduled job decoding on the pool at
+    /// the same moment is counted with it.
     fn in_memory<T>(&self, work: impl FnOnce() -> T) -> T {
         off_runtime(|| {
-            let before = crate::usage::thread_cpu_time();
+            let cpu = || crate::usage::thread_cpu_time() + crate::usage::pool_cpu_time();
+            let before = cpu();
             let out = work();
-            self.metrics.state_cpu(crate::usage::thread_cpu_time().saturating_sub(before));
+            self.metrics.state_cpu(cpu().saturating_sub(before));
             out
         })
     }

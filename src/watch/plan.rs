@@ -144,10 +144,50 @@ impl Digester {
     }
 }
 
+/// At least how many videos' `video:categories` patches one rayon task
+/// computes: enough to make a task's overhead small beside a few
+/// microseconds each.
+const PATCH_CHUNK: usize = 256;
+
 /// Plans the writes of one applied batch, patches cut into steps that
 /// cost Redis at most `patch_step` each (one atomic unit of the sink,
 /// `Sink::unit_cost`).
 pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCtx, patch_step: usize) -> BatchPlan {
+    // The catalogue's keys (`tag:all` alone is a megabyte to render and
+    // digest) beside the index scopes': neither reads what the other
+    // plans.
+    let (diff, mut out) =
+        rayon::join(|| plan_catalog(state, applied, ctx), || plan_scoped(state, applied, redis, ctx, patch_step));
+    if let Some(diff) = diff {
+        // First, as when planned in one pass: the catalogue's keys are
+        // none of the touched videos' own, which go last.
+        out.changes.splice(0..0, diff.changes);
+        out.record.written.splice(0..0, diff.record.written);
+        out.record.deleted.splice(0..0, diff.record.deleted);
+        out.record.whole_catalog = diff.record.whole_catalog;
+    }
+    out
+}
+
+/// The catalogue's keys that a batch touching catalogue documents
+/// changes; `None` for a batch that touched none.
+fn plan_catalog(state: &State, applied: &Applied, ctx: &PlanCtx) -> Option<BatchPlan> {
+    let before = applied.before.as_ref()?;
+    let mut out = BatchPlan::default();
+    // After a load, or while the replay may hold what the load saw (the
+    // old documents are then unknown), every catalogue key.
+    let whole = state.catalog_unsure || state.catching_up || state.replayed;
+    let scope = match whole {
+        true => plan::CatalogScope::All,
+        false => plan::CatalogScope::Some(super::catalog::reached(before, &state.catalog, applied, ctx)),
+    };
+    super::catalog::plan_diff(state, ctx, &scope, &mut out);
+    out.record.whole_catalog = whole;
+    Some(out)
+}
+
+/// The index scopes' keys and the touched videos' own.
+fn plan_scoped(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCtx, patch_step: usize) -> BatchPlan {
     let catalog = &state.catalog;
     let mut out = BatchPlan::default();
 
@@ -169,15 +209,6 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     channels.extend(applied.channels.iter().cloned());
 
     if let Some(before) = &applied.before {
-        // After a load, or while the replay may hold what the load saw
-        // (the old documents are then unknown), every catalogue key.
-        let whole = state.catalog_unsure || state.catching_up || state.replayed;
-        let scope = match whole {
-            true => plan::CatalogScope::All,
-            false => plan::CatalogScope::Some(super::catalog::reached(before, catalog, applied, ctx)),
-        };
-        super::catalog::plan_diff(state, ctx, &scope, &mut out);
-        out.record.whole_catalog = whole;
         // What index families read of the catalogue changes only with the
         // documents the batch touched.
         let was_active = |id: &str| before.category(catalog, id).is_some_and(|c| c.active);
@@ -271,8 +302,17 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     let mut set_patches: Vec<Patch> = Vec::new();
     let mut patched: FxHashSet<&str> = FxHashSet::default();
     let mut selected = FxHashSet::default();
-    for w in &videos {
-        match categories_patch(state, applied, redis, ctx, (&flipped, &sure_flips), w) {
+    // A flip reaches every member of its category: thousands of sets,
+    // each computed on its own, in chunks over the rayon pool.
+    let listed: Vec<&String> = videos.iter().collect();
+    let found: Vec<Option<Patch>> = {
+        use rayon::prelude::*;
+        let flips = (&flipped, &sure_flips);
+        let patch = |w: &&String| categories_patch(state, applied, redis, ctx, flips, w);
+        listed.par_iter().with_min_len(PATCH_CHUNK).map(patch).collect()
+    };
+    for (w, patch) in listed.into_iter().zip(found) {
+        match patch {
             Some(patch) => {
                 set_patches.push(patch);
                 patched.insert(w.as_str());
@@ -292,12 +332,21 @@ pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &Pla
     // every scope is computed whole and every section merged.
     let ahead = state.catching_up || state.replayed;
     let reach = HomeReach::new(ahead, forced, moved, patch_step);
-    let homes = plan_homes(state, ctx, &channels, Some(&reach), &mut out.record.homes);
-    let mut ops = homes.ops;
     let whole_cats: BTreeSet<String> = state.dirty.categories.union(&flipped).cloned().collect();
     let whole = Whole { all: ahead, cats: &whole_cats, tags: &whole_tags };
     let deltas = Deltas::new(state, applied, patch_step);
-    let scoped = plan_scopes(state, ctx, (&cats, &tags), &whole, &deltas, &mut out.visited);
+    // The channels' home sections beside the categories' and tags' keys.
+    let ((homes, home_lists), scoped) = rayon::join(
+        || {
+            let mut lists = Vec::new();
+            (plan_homes(state, ctx, &channels, Some(&reach), &mut lists), lists)
+        },
+        || plan_scopes(state, ctx, (&cats, &tags), &whole, &deltas),
+    );
+    out.record.homes.extend(home_lists);
+    out.visited += scoped.visited;
+    let scoped = scoped.plan;
+    let mut ops = homes.ops;
     ops.extend(scoped.ops);
     if !sel.is_empty() {
         let walk = |f: &mut dyn FnMut(Member<'_>)| out.visited += visit(state, catalog, &sel, f);
@@ -515,29 +564,63 @@ fn plan_scopes(
     (cats, tags): (&BTreeSet<String>, &BTreeSet<String>),
     whole: &Whole<'_>,
     deltas: &Deltas<'_>,
-    visited: &mut usize,
-) -> ScopePlan {
+) -> ScopePart {
+    use rayon::prelude::*;
     let catalog = &state.catalog;
-    let mut out = ScopePlan::default();
-    for cat in catalog.categories.iter().filter(|c| c.active && cats.contains(&c.id)) {
-        if whole.all || whole.cats.contains(&cat.id) || !patch_category(state, ctx, &cat.id, deltas, visited, &mut out)
-        {
-            whole_category(state, ctx, &cat.id, visited, &mut out.ops);
+    // Each scope is planned on its own: a busy batch's (de)activations
+    // and big categories read thousands of members each, spread over the
+    // rayon pool (the engine's thread waits, off the async runtime). The
+    // parts are joined in catalogue order.
+    let chosen: Vec<&str> =
+        catalog.categories.iter().filter(|c| c.active && cats.contains(&c.id)).map(|c| c.id.as_str()).collect();
+    let category = |id: &&str| {
+        let mut part = ScopePart::default();
+        if whole.all || whole.cats.contains(*id) || !patch_category(state, ctx, id, deltas, &mut part) {
+            whole_category(state, ctx, id, &mut part.visited, &mut part.plan.ops);
         }
-    }
-    if !ctx.families.contains(FamilyId::VideoTagList) {
-        return out;
-    }
-    for tag in catalog.tags.iter().filter(|t| t.active && tags.contains(&t.id)) {
-        let Some(owner) = catalog.active_category(&tag.category_id) else { continue };
-        let args = [tag.category_id.as_str(), tag.id.as_str()];
-        let owner = state.syms.get(&owner.id);
-        if whole.all || whole.tags.contains(&tag.id) || !patch_tag(state, ctx, &args, owner, deltas, visited, &mut out)
-        {
-            whole_tag(state, ctx, &args, owner, visited, &mut out.ops);
-        }
+        part
+    };
+    let mut out = ScopePart::join(chosen.par_iter().map(category).collect());
+    if ctx.families.contains(FamilyId::VideoTagList) {
+        let chosen: Vec<(&crate::model::decode::Tag, Option<Sym>)> = catalog
+            .tags
+            .iter()
+            .filter(|t| t.active && tags.contains(&t.id))
+            .filter_map(|t| catalog.active_category(&t.category_id).map(|owner| (t, state.syms.get(&owner.id))))
+            .collect();
+        let tag = |(tag, owner): &(&crate::model::decode::Tag, Option<Sym>)| {
+            let mut part = ScopePart::default();
+            let args = [tag.category_id.as_str(), tag.id.as_str()];
+            if whole.all || whole.tags.contains(&tag.id) || !patch_tag(state, ctx, &args, *owner, deltas, &mut part) {
+                whole_tag(state, ctx, &args, *owner, &mut part.visited, &mut part.plan.ops);
+            }
+            part
+        };
+        out.absorb(ScopePart::join(chosen.par_iter().map(tag).collect()));
     }
     out
+}
+
+/// Scopes' keys, and how many members planning them read.
+#[derive(Default)]
+struct ScopePart {
+    plan: ScopePlan,
+    visited: usize,
+}
+
+impl ScopePart {
+    fn absorb(&mut self, other: ScopePart) {
+        self.plan.ops.extend(other.plan.ops);
+        self.plan.patches.extend(other.plan.patches);
+        self.plan.kept.extend(other.plan.kept);
+        self.visited += other.visited;
+    }
+
+    fn join(parts: Vec<ScopePart>) -> ScopePart {
+        let mut out = ScopePart::default();
+        parts.into_iter().for_each(|part| out.absorb(part));
+        out
+    }
 }
 
 /// An active tag's list (`args`: its category and tag) whose category
@@ -618,14 +701,8 @@ fn whole_category(state: &State, ctx: &PlanCtx, id: &str, visited: &mut usize, o
 /// Patches an active category's index and list, and sets its count when
 /// it moved. `false` (nothing planned) when a key's contents are not
 /// known or a patch would not pay: the caller replaces them whole.
-fn patch_category(
-    state: &State,
-    ctx: &PlanCtx,
-    id: &str,
-    deltas: &Deltas<'_>,
-    visited: &mut usize,
-    out: &mut ScopePlan,
-) -> bool {
+fn patch_category(state: &State, ctx: &PlanCtx, id: &str, deltas: &Deltas<'_>, part: &mut ScopePart) -> bool {
+    let (visited, out) = (&mut part.visited, &mut part.plan);
     let sym = state.syms.get(id);
     let moves = deltas.category(sym);
     let now = state.members().count_of_category(sym);
@@ -678,9 +755,9 @@ fn patch_tag(
     args: &[&str; 2],
     owner: Option<Sym>,
     deltas: &Deltas<'_>,
-    visited: &mut usize,
-    out: &mut ScopePlan,
+    part: &mut ScopePart,
 ) -> bool {
+    let (visited, out) = (&mut part.visited, &mut part.plan);
     let key = ctx.keys.key(FamilyId::VideoTagList, args);
     let Some(before) = state.existing.size(&key.text).filter(|n| *n > 0) else { return false };
     let sym = state.syms.get(args[1]);

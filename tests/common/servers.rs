@@ -23,6 +23,36 @@ fn wait_listening(port: u16, what: &str) {
     panic!("{what} did not listen on 127.0.0.1:{port} within 30s");
 }
 
+/// Waits until `child` listens on `port`; false if it exited first or
+/// never listened within 30 s (it is then killed). A port found free a
+/// moment ago may have been taken since (by a server another test
+/// started, or as the source port of an outgoing connection), and a
+/// server that cannot bind exits at once.
+fn came_up(child: &mut Child, port: u16) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return true;
+        }
+        if let Ok(Some(_)) = child.try_wait() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    false
+}
+
+/// How many times a server is started before a test gives up on it.
+const ATTEMPTS: usize = 5;
+
+fn log_tail(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(10)..].join("\n")
+}
+
 /// Kills `pid` when this test process goes away, even on a panic or
 /// SIGKILL, so no server outlives its tests.
 fn watchdog(pid: u32) {
@@ -56,13 +86,28 @@ fn binary(name: &str, env_var: &str, install: &str) -> PathBuf {
 pub struct Redis {
     pub port: u16,
     child: Option<Child>,
-    /// Arguments beyond port and persistence (TLS, ACL users).
+    /// Arguments beyond ports and persistence (ACL users, cluster mode).
     extra: Vec<String>,
-    tls: bool,
+    /// Speaks TLS only on `port`, with these files.
+    tls: Option<TlsFiles>,
+    /// A cluster node's bus port, kept across restarts (the other nodes
+    /// know it): it would default to port + 10000, which may be taken or
+    /// past 65535.
+    bus_port: Option<u16>,
     /// Its own working directory: a replica (or a master serving one)
     /// writes an RDB file there, which a server started later in a
     /// shared directory would load (stale keys, and `LOADING` at start).
+    /// Its log goes there too.
     dir: tempfile::TempDir,
+}
+
+/// A TLS server's certificate and key, and the CA it trusts for client
+/// certificates (which it then requires).
+#[derive(Clone)]
+struct TlsFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
 }
 
 impl Redis {
@@ -72,61 +117,81 @@ impl Redis {
 
     /// A Redis with extra arguments, such as `--user` rules.
     pub fn start_with(extra: Vec<String>) -> Redis {
-        let port = free_port();
-        let mut redis = Redis { port, child: None, extra, tls: false, dir: tempfile::tempdir().expect("temp dir") };
-        redis.launch();
-        redis
+        Redis::start_as(extra, None, false)
     }
 
     /// A Redis that speaks TLS only, on its port, with the given
     /// server certificate, key and the CA it trusts for client
     /// certificates (which it then requires).
     pub fn start_tls(cert: &std::path::Path, key: &std::path::Path, ca: &std::path::Path) -> Redis {
-        Redis::start_tls_with(cert, key, ca, Vec::new())
+        let files = TlsFiles { cert: cert.to_path_buf(), key: key.to_path_buf(), ca: ca.to_path_buf() };
+        Redis::start_as(Vec::new(), Some(files), false)
     }
 
-    /// [`Redis::start_tls`] with more arguments (cluster mode).
-    pub fn start_tls_with(
-        cert: &std::path::Path,
-        key: &std::path::Path,
-        ca: &std::path::Path,
-        more: Vec<String>,
-    ) -> Redis {
-        let port = free_port();
-        let path = |p: &std::path::Path| p.display().to_string();
-        let mut extra = vec![
-            "--tls-port".into(),
-            port.to_string(),
-            "--tls-cert-file".into(),
-            path(cert),
-            "--tls-key-file".into(),
-            path(key),
-            "--tls-ca-cert-file".into(),
-            path(ca),
-            "--tls-auth-clients".into(),
-            "yes".into(),
-        ];
-        extra.extend(more);
-        let mut redis = Redis { port, child: None, extra, tls: true, dir: tempfile::tempdir().expect("temp dir") };
-        redis.launch();
+    fn start_as(extra: Vec<String>, tls: Option<TlsFiles>, cluster: bool) -> Redis {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut redis = Redis { port: 0, child: None, extra, tls, bus_port: cluster.then_some(0), dir };
+        redis.launch(true);
         redis
     }
 
-    fn launch(&mut self) {
+    /// Starts the server; with `new_ports`, on ports chosen afresh for
+    /// each attempt, else on the ones it had.
+    fn launch(&mut self, new_ports: bool) {
         let bin = binary("redis-server", "REDIS_SERVER_BIN", "apt-get install -y redis-server");
-        let port = if self.tls { "0".to_string() } else { self.port.to_string() };
-        let child = Command::new(bin)
-            .args(["--port", &port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .args(&self.extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server failed to start");
-        watchdog(child.id());
-        self.child = Some(child);
-        wait_listening(self.port, "redis-server");
+        let log = self.dir.path().join("redis.log");
+        for _ in 0..ATTEMPTS {
+            if new_ports {
+                self.port = free_port();
+                if let Some(bus) = &mut self.bus_port {
+                    *bus = loop {
+                        let candidate = free_port();
+                        if candidate != self.port {
+                            break candidate;
+                        }
+                    };
+                }
+            }
+            let port = self.port.to_string();
+            let plain = if self.tls.is_some() { "0" } else { port.as_str() };
+            let mut command = Command::new(&bin);
+            command
+                .args(["--port", plain, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(self.dir.path())
+                .arg("--logfile")
+                .arg(&log);
+            if let Some(tls) = &self.tls {
+                command
+                    .args(["--tls-port", &port, "--tls-auth-clients", "yes", "--tls-cert-file"])
+                    .arg(&tls.cert)
+                    .arg("--tls-key-file")
+                    .arg(&tls.key)
+                    .arg("--tls-ca-cert-file")
+                    .arg(&tls.ca);
+            }
+            if let Some(bus) = self.bus_port {
+                command.args(["--cluster-port", &bus.to_string()]);
+            }
+            let mut child = command
+                .args(&self.extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server failed to start");
+            watchdog(child.id());
+            if came_up(&mut child, self.port) {
+                self.child = Some(child);
+                return;
+            }
+            // On its old port (a restart), give the old socket a moment.
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!(
+            "redis-server did not listen on 127.0.0.1:{} after {ATTEMPTS} attempts; its log ends:\n{}",
+            self.port,
+            log_tail(&log)
+        );
     }
 
     pub fn pid(&self) -> u32 {
@@ -134,7 +199,7 @@ impl Redis {
     }
 
     pub fn url(&self) -> String {
-        let scheme = if self.tls { "rediss" } else { "redis" };
+        let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
         format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
@@ -147,7 +212,7 @@ impl Redis {
 
     pub fn restart(&mut self) {
         self.stop();
-        self.launch();
+        self.launch(false);
     }
 }
 
@@ -292,7 +357,6 @@ pub struct RedisCluster {
     pub nodes: Vec<Redis>,
     /// What `redis-cli` needs to reach the nodes (TLS files).
     cli_args: Vec<String>,
-    _dir: tempfile::TempDir,
 }
 
 /// The files of a TLS cluster: each node's certificate and key, the CA
@@ -332,33 +396,19 @@ impl RedisCluster {
     }
 
     fn launch(extra: Vec<String>, tls: Option<&ClusterTls>, replicas: usize) -> RedisCluster {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mut nodes = Vec::new();
-        for i in 0..3 * (1 + replicas) {
-            let node_dir = dir.path().join(format!("node{i}"));
-            std::fs::create_dir_all(&node_dir).expect("node dir");
-            let args: Vec<String> = vec![
-                "--cluster-enabled".into(),
-                "yes".into(),
-                "--cluster-config-file".into(),
-                "nodes.conf".into(),
-                "--cluster-node-timeout".into(),
-                "2000".into(),
-                // The bus would default to port + 10000, which may be taken
-                // or past 65535.
-                "--cluster-port".into(),
-                free_port().to_string(),
-                "--dir".into(),
-                node_dir.display().to_string(),
-            ]
-            .into_iter()
-            .chain(extra.iter().cloned())
-            .collect();
-            nodes.push(match tls {
-                None => Redis::start_with(args),
-                Some(tls) => Redis::start_tls_with(&tls.cert, &tls.key, &tls.ca, args),
-            });
-        }
+        let mut args: Vec<String> = vec![
+            "--cluster-enabled".into(),
+            "yes".into(),
+            // In the node's own directory, so a restarted node rejoins.
+            "--cluster-config-file".into(),
+            "nodes.conf".into(),
+            "--cluster-node-timeout".into(),
+            "2000".into(),
+        ];
+        args.extend(extra);
+        let files = tls.map(|tls| TlsFiles { cert: tls.cert.clone(), key: tls.key.clone(), ca: tls.ca.clone() });
+        let nodes: Vec<Redis> =
+            (0..3 * (1 + replicas)).map(|_| Redis::start_as(args.clone(), files.clone(), true)).collect();
         let path = |p: &PathBuf| p.display().to_string();
         let cli_args = match tls {
             None => Vec::new(),
@@ -382,7 +432,7 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let cluster = RedisCluster { nodes, cli_args, _dir: dir };
+        let cluster = RedisCluster { nodes, cli_args };
         cluster.wait_ok();
         cluster
     }
@@ -518,31 +568,42 @@ impl SentinelSet {
         let mut sentinels = Vec::new();
         let mut sentinel_ports = Vec::new();
         for i in 0..3 {
-            let port = free_port();
             // Sentinel rewrites its configuration file: one each.
             let conf = dir.path().join(format!("sentinel{i}.conf"));
-            std::fs::write(
-                &conf,
-                format!(
-                    "port {port}\nbind 127.0.0.1\ndir {dir}\n\
-                     sentinel monitor mymaster 127.0.0.1 {master} 2\n\
-                     sentinel down-after-milliseconds mymaster 2000\n\
-                     sentinel failover-timeout mymaster 10000\n\
-                     sentinel parallel-syncs mymaster 1\n",
-                    dir = dir.path().display(),
-                    master = master.port
-                ),
-            )
-            .expect("write sentinel.conf");
-            let child = Command::new(&bin)
-                .arg(&conf)
-                .arg("--sentinel")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server --sentinel failed to start");
-            watchdog(child.id());
-            wait_listening(port, "redis sentinel");
+            let log = dir.path().join(format!("sentinel{i}.log"));
+            let mut started = None;
+            for _ in 0..ATTEMPTS {
+                let port = free_port();
+                std::fs::write(
+                    &conf,
+                    format!(
+                        "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {log}\n\
+                         sentinel monitor mymaster 127.0.0.1 {master} 2\n\
+                         sentinel down-after-milliseconds mymaster 2000\n\
+                         sentinel failover-timeout mymaster 10000\n\
+                         sentinel parallel-syncs mymaster 1\n",
+                        dir = dir.path().display(),
+                        log = log.display(),
+                        master = master.port
+                    ),
+                )
+                .expect("write sentinel.conf");
+                let mut child = Command::new(&bin)
+                    .arg(&conf)
+                    .arg("--sentinel")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("redis-server --sentinel failed to start");
+                watchdog(child.id());
+                if came_up(&mut child, port) {
+                    started = Some((child, port));
+                    break;
+                }
+            }
+            let (child, port) = started.unwrap_or_else(|| {
+                panic!("redis sentinel did not listen after {ATTEMPTS} attempts; its log ends:\n{}", log_tail(&log))
+            });
             sentinels.push(child);
             sentinel_ports.push(port);
         }

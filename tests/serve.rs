@@ -390,17 +390,8 @@ async fn serve_on_free_port(cfg: &Config, schedules_dir: &std::path::Path) -> (s
             .arg(schedules_dir)
             .spawn()
             .expect("start cachewright serve");
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let exited = |child: &mut std::process::Child| matches!(child.try_wait(), Ok(Some(_)));
-            if exited(&mut child) {
-                break;
-            }
-            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() && !exited(&mut child) {
-                return (child, port);
-            }
-            assert!(std::time::Instant::now() < deadline, "serve did not listen on {port} within 30 s");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        if tokio::task::block_in_place(|| common::servers::came_up(&mut child, port)) {
+            return (child, port);
         }
     }
     panic!("serve exited at start on five ports found free in a row")

@@ -345,7 +345,6 @@ fn plan_scoped(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCt
     );
     out.record.homes.extend(home_lists);
     out.visited += scoped.visited;
-    let scoped = scoped.plan;
     let mut ops = homes.ops;
     ops.extend(scoped.ops);
     if !sel.is_empty() {
@@ -548,6 +547,8 @@ struct ScopePlan {
     patches: Vec<(Vec<Patch>, usize)>,
     /// Keys of patched scopes that stay as they are, or are patched.
     kept: Vec<String>,
+    /// How many members planning them read.
+    visited: usize,
 }
 
 /// The keys of the selected categories and tags over the new catalogue:
@@ -564,7 +565,7 @@ fn plan_scopes(
     (cats, tags): (&BTreeSet<String>, &BTreeSet<String>),
     whole: &Whole<'_>,
     deltas: &Deltas<'_>,
-) -> ScopePart {
+) -> ScopePlan {
     use rayon::prelude::*;
     let catalog = &state.catalog;
     // Each scope is planned on its own: a busy batch's (de)activations
@@ -574,13 +575,13 @@ fn plan_scopes(
     let chosen: Vec<&str> =
         catalog.categories.iter().filter(|c| c.active && cats.contains(&c.id)).map(|c| c.id.as_str()).collect();
     let category = |id: &&str| {
-        let mut part = ScopePart::default();
+        let mut part = ScopePlan::default();
         if whole.all || whole.cats.contains(*id) || !patch_category(state, ctx, id, deltas, &mut part) {
-            whole_category(state, ctx, id, &mut part.visited, &mut part.plan.ops);
+            whole_category(state, ctx, id, &mut part.visited, &mut part.ops);
         }
         part
     };
-    let mut out = ScopePart::join(chosen.par_iter().map(category).collect());
+    let mut out = ScopePlan::join(chosen.par_iter().map(category).collect());
     if ctx.families.contains(FamilyId::VideoTagList) {
         let chosen: Vec<(&crate::model::decode::Tag, Option<Sym>)> = catalog
             .tags
@@ -589,35 +590,28 @@ fn plan_scopes(
             .filter_map(|t| catalog.active_category(&t.category_id).map(|owner| (t, state.syms.get(&owner.id))))
             .collect();
         let tag = |(tag, owner): &(&crate::model::decode::Tag, Option<Sym>)| {
-            let mut part = ScopePart::default();
+            let mut part = ScopePlan::default();
             let args = [tag.category_id.as_str(), tag.id.as_str()];
             if whole.all || whole.tags.contains(&tag.id) || !patch_tag(state, ctx, &args, *owner, deltas, &mut part) {
-                whole_tag(state, ctx, &args, *owner, &mut part.visited, &mut part.plan.ops);
+                whole_tag(state, ctx, &args, *owner, &mut part.visited, &mut part.ops);
             }
             part
         };
-        out.absorb(ScopePart::join(chosen.par_iter().map(tag).collect()));
+        out.absorb(ScopePlan::join(chosen.par_iter().map(tag).collect()));
     }
     out
 }
 
-/// Scopes' keys, and how many members planning them read.
-#[derive(Default)]
-struct ScopePart {
-    plan: ScopePlan,
-    visited: usize,
-}
-
-impl ScopePart {
-    fn absorb(&mut self, other: ScopePart) {
-        self.plan.ops.extend(other.plan.ops);
-        self.plan.patches.extend(other.plan.patches);
-        self.plan.kept.extend(other.plan.kept);
+impl ScopePlan {
+    fn absorb(&mut self, other: ScopePlan) {
+        self.ops.extend(other.ops);
+        self.patches.extend(other.patches);
+        self.kept.extend(other.kept);
         self.visited += other.visited;
     }
 
-    fn join(parts: Vec<ScopePart>) -> ScopePart {
-        let mut out = ScopePart::default();
+    fn join(parts: Vec<ScopePlan>) -> ScopePlan {
+        let mut out = ScopePlan::default();
         parts.into_iter().for_each(|part| out.absorb(part));
         out
     }
@@ -701,8 +695,7 @@ fn whole_category(state: &State, ctx: &PlanCtx, id: &str, visited: &mut usize, o
 /// Patches an active category's index and list, and sets its count when
 /// it moved. `false` (nothing planned) when a key's contents are not
 /// known or a patch would not pay: the caller replaces them whole.
-fn patch_category(state: &State, ctx: &PlanCtx, id: &str, deltas: &Deltas<'_>, part: &mut ScopePart) -> bool {
-    let (visited, out) = (&mut part.visited, &mut part.plan);
+fn patch_category(state: &State, ctx: &PlanCtx, id: &str, deltas: &Deltas<'_>, out: &mut ScopePlan) -> bool {
     let sym = state.syms.get(id);
     let moves = deltas.category(sym);
     let now = state.members().count_of_category(sym);
@@ -720,7 +713,7 @@ fn patch_category(state: &State, ctx: &PlanCtx, id: &str, deltas: &Deltas<'_>, p
         out.kept.extend(keys.into_iter().map(|k| k.text).chain([count_key]));
         return true;
     }
-    *visited += moves.left.len() + moves.joined.len();
+    out.visited += moves.left.len() + moves.joined.len();
     let mut patches = Vec::new();
     for key in keys {
         let patch = match key.family {
@@ -755,9 +748,8 @@ fn patch_tag(
     args: &[&str; 2],
     owner: Option<Sym>,
     deltas: &Deltas<'_>,
-    part: &mut ScopePart,
+    out: &mut ScopePlan,
 ) -> bool {
-    let (visited, out) = (&mut part.visited, &mut part.plan);
     let key = ctx.keys.key(FamilyId::VideoTagList, args);
     let Some(before) = state.existing.size(&key.text).filter(|n| *n > 0) else { return false };
     let sym = state.syms.get(args[1]);
@@ -768,7 +760,7 @@ fn patch_tag(
     }
     let (Some(sym), Some(owner)) = (sym, owner) else { return false };
     let Some(now) = moves.size_after(before) else { return false };
-    *visited += moves.left.len() + moves.joined.len();
+    out.visited += moves.left.len() + moves.joined.len();
     let members = state.members();
     let in_owner = |added, w: WidRef<'_>| members.in_category(Some(owner), added, w);
     let after = |added, w: WidRef<'_>| delta::next_kept(members.after_in_tag(sym, added, w), in_owner);

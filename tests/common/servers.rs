@@ -12,27 +12,18 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free loopback port")
 }
 
-fn wait_listening(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("{what} did not listen on 127.0.0.1:{port} within 30s");
-}
-
 /// Waits until `child` listens on `port`; false if it exited first or
 /// never listened within 30 s (it is then killed). A port found free a
 /// moment ago may have been taken since (by a server another test
 /// started, or as the source port of an outgoing connection), and a
 /// server that cannot bind exits at once.
-fn came_up(child: &mut Child, port: u16) -> bool {
+pub fn came_up(child: &mut Child, port: u16) -> bool {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
+        // Something listens: it is the child unless the child exited
+        // (the listener then holds the port it could not bind).
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return true;
+            return !matches!(child.try_wait(), Ok(Some(_)));
         }
         if let Ok(Some(_)) = child.try_wait() {
             return false;
@@ -309,8 +300,8 @@ impl Mongo {
                 .and_then(|p| p.parse().ok())
                 .unwrap_or_else(|| panic!("secantusd-rs did not say its port: {line:?}"));
         }
+        assert!(came_up(&mut child, self.port), "secantusd-rs did not listen on 127.0.0.1:{} within 30s", self.port);
         self.child = Some(child);
-        wait_listening(self.port, "secantusd-rs");
     }
 
     pub fn uri(&self) -> String {

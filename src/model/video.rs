@@ -92,61 +92,64 @@ pub fn decode_video(
     if let Some(obj) = obj.as_mut() {
         obj.string("id", &id);
     }
-    for element in fields.iter() {
-        let (key, value) = element.map_err(|_| malformed(&id))?;
-        match (key, value) {
-            ("_id" | "id", _) => {}
-            ("categoryIds", RawBsonRef::Null) => {}
-            ("categoryId", _) if has_category_ids => {}
-            ("categoryId", RawBsonRef::Null) => {}
-            ("categoryIds", value) => {
-                if let Some(ids) = usable_ids(value, SITE_CATEGORY_IDS, refs) {
+    fields.each(
+        || malformed(&id),
+        |key, value| {
+            match (key, value) {
+                ("_id" | "id", _) => {}
+                ("categoryIds", RawBsonRef::Null) => {}
+                ("categoryId", _) if has_category_ids => {}
+                ("categoryId", RawBsonRef::Null) => {}
+                ("categoryIds", value) => {
+                    if let Some(ids) = usable_ids(value, SITE_CATEGORY_IDS, refs) {
+                        if let Some(out) = field_out(&mut obj, "categoryIds") {
+                            json::write_str_array(out, ids.iter().map(String::as_str));
+                        }
+                        category_ids = ids;
+                    }
+                }
+                ("categoryId", value) => {
+                    // The legacy rule comes first (`[categoryId]`), then an
+                    // unusable reference is dropped: an empty array remains.
+                    let ids = match read_id(value) {
+                        IdValue::Usable(c) => vec![c],
+                        IdValue::Unusable(_) => {
+                            refs.unusable(SITE_CATEGORY_IDS, 1);
+                            Vec::new()
+                        }
+                    };
                     if let Some(out) = field_out(&mut obj, "categoryIds") {
                         json::write_str_array(out, ids.iter().map(String::as_str));
                     }
-                    category_ids = ids;
-                }
-            }
-            ("categoryId", value) => {
-                // The legacy rule comes first (`[categoryId]`), then an
-                // unusable reference is dropped: an empty array remains.
-                let ids = match read_id(value) {
-                    IdValue::Usable(c) => vec![c],
-                    IdValue::Unusable(_) => {
-                        refs.unusable(SITE_CATEGORY_IDS, 1);
-                        Vec::new()
+                    if !ids.is_empty() {
+                        category_ids = ids;
                     }
-                };
-                if let Some(out) = field_out(&mut obj, "categoryIds") {
-                    json::write_str_array(out, ids.iter().map(String::as_str));
                 }
-                if !ids.is_empty() {
-                    category_ids = ids;
+                ("tagIds", value @ RawBsonRef::Array(_)) => {
+                    if let Some(ids) = usable_ids(value, SITE_TAG_IDS, refs) {
+                        if let Some(out) = field_out(&mut obj, "tagIds") {
+                            json::write_str_array(out, ids.iter().map(String::as_str));
+                        }
+                        tag_ids = ids;
+                    }
                 }
-            }
-            ("tagIds", value @ RawBsonRef::Array(_)) => {
-                if let Some(ids) = usable_ids(value, SITE_TAG_IDS, refs) {
+                ("tagIds", RawBsonRef::Null) => {
                     if let Some(out) = field_out(&mut obj, "tagIds") {
-                        json::write_str_array(out, ids.iter().map(String::as_str));
+                        out.push_str("null");
                     }
-                    tag_ids = ids;
                 }
+                ("tagIds", _) => refs.unusable(SITE_TAG_IDS, 1),
+                // Without a detail to write, the other fields are only read
+                // through, which rejects the same malformed documents at a
+                // fraction of the cost.
+                (key, value) => match field_out(&mut obj, key) {
+                    Some(out) => bson_json::write_value(out, value, &mut lossy).map_err(|_| malformed(&id))?,
+                    None => bson_json::check_value(value).map_err(|_| malformed(&id))?,
+                },
             }
-            ("tagIds", RawBsonRef::Null) => {
-                if let Some(out) = field_out(&mut obj, "tagIds") {
-                    out.push_str("null");
-                }
-            }
-            ("tagIds", _) => refs.unusable(SITE_TAG_IDS, 1),
-            // Without a detail to write, the other fields are only read
-            // through, which rejects the same malformed documents at a
-            // fraction of the cost.
-            (key, value) => match field_out(&mut obj, key) {
-                Some(out) => bson_json::write_value(out, value, &mut lossy).map_err(|_| malformed(&id))?,
-                None => bson_json::check_value(value).map_err(|_| malformed(&id))?,
-            },
-        }
-    }
+            Ok(())
+        },
+    )?;
     if let Some(obj) = obj {
         obj.finish();
     }

@@ -120,7 +120,7 @@ impl<'a> Fields<'a> {
     /// layers each value was copied from stack slot to stack slot in
     /// overlapping halves, and every copy stalled on store forwarding
     /// (three quarters of `decode_video`'s own samples in a `perf
-    /// annotate` of the 500K rebuild).
+    /// annotate` of `cachewright-dev bench` planning 500K videos).
     pub fn each<E>(
         &self,
         malformed: impl Fn() -> E,

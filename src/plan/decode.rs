@@ -41,7 +41,9 @@ pub fn decode_catalog<'a>(
 
 /// One video decoded off the cursor's order: its id, the decoder's result
 /// and what the decoder counted, with an active video's references
-/// resolved against the catalogue (see [`resolve_refs`]).
+/// resolved against the catalogue (see [`resolve_refs`]). An active
+/// video's `category_ids` and `tag_ids` are emptied once resolved:
+/// `resolved` is what admitting reads.
 pub struct DecodedVideo {
     id: Result<String, Rejection>,
     video: Result<VideoDoc, Rejection>,
@@ -69,8 +71,8 @@ where
                     // by the admitting thread, each string was a
                     // cross-thread free (mimalloc's slower path, a sixth
                     // of admitting's samples).
-                    drop(std::mem::take(&mut video.category_ids));
-                    drop(std::mem::take(&mut video.tag_ids));
+                    video.category_ids = Vec::new();
+                    video.tag_ids = Vec::new();
                     Some(resolved)
                 }
                 _ => None,

@@ -1,24 +1,96 @@
 //! The decoded catalogue (channels, categories, tags) with id lookups.
 
+use super::compact::{Wid, hex12};
 use super::decode::{Category, Channel, Tag};
 use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
 
 #[derive(Debug, Default)]
 pub struct Catalog {
     pub channels: Vec<Channel>,
     pub categories: Vec<Category>,
     pub tags: Vec<Tag>,
-    channel_by_id: HashMap<String, usize>,
-    category_by_id: HashMap<String, usize>,
-    tag_by_id: HashMap<String, usize>,
+    channel_by_id: IdIndex,
+    category_by_id: IdIndex,
+    tag_by_id: IdIndex,
+    /// Where each tag's category is (active or not); `None` when no
+    /// category has its id. A video's tag check compares these positions
+    /// instead of id texts (see [`Catalog::tag_category_index`]).
+    tag_category: Vec<Option<u32>>,
+}
+
+/// Positions by id. An ObjectId's 24 lowercase hex digits are keyed by
+/// their 12 bytes, held in the table itself: a lookup then reads one
+/// bucket instead of following a pointer to the key's text, and the
+/// rebuild looks up every reference of every video (they were a twelfth
+/// of its profile). Any other id is keyed by its text. A text is in one
+/// of the two forms only, so the two maps never disagree.
+#[derive(Debug, Default)]
+struct IdIndex {
+    hex: HashMap<[u8; 12], u32>,
+    text: HashMap<Box<str>, u32>,
+}
+
+impl IdIndex {
+    /// Positions of `ids`; a repeated id is at its last place.
+    fn new<'a>(ids: impl Iterator<Item = &'a str>) -> IdIndex {
+        let mut index = IdIndex::default();
+        for (i, id) in ids.enumerate() {
+            let at = u32::try_from(i).expect("fewer than 2^32 catalogue entities");
+            match hex12(id) {
+                Some(bytes) => index.hex.insert(bytes, at),
+                None => index.text.insert(id.into(), at),
+            };
+        }
+        index
+    }
+
+    fn get(&self, id: &str) -> Option<usize> {
+        let at = match hex12(id) {
+            Some(bytes) => self.hex.get(&bytes),
+            None => self.text.get(id),
+        };
+        at.map(|&i| i as usize)
+    }
+
+    /// [`IdIndex::get`] of an id already in its compact form: a `Wid`
+    /// holds hex ids as their bytes and only other ids as text.
+    fn get_wid(&self, id: &Wid) -> Option<usize> {
+        let at = match id {
+            Wid::Hex(bytes) => self.hex.get(bytes),
+            Wid::Text(text) => self.text.get(&***text),
+        };
+        at.map(|&i| i as usize)
+    }
 }
 
 impl Catalog {
     pub fn new(channels: Vec<Channel>, categories: Vec<Category>, tags: Vec<Tag>) -> Catalog {
-        let channel_by_id = channels.iter().enumerate().map(|(i, c)| (c.id.clone(), i)).collect();
-        let category_by_id = categories.iter().enumerate().map(|(i, c)| (c.id.clone(), i)).collect();
-        let tag_by_id = tags.iter().enumerate().map(|(i, t)| (t.id.clone(), i)).collect();
-        Catalog { channels, categories, tags, channel_by_id, category_by_id, tag_by_id }
+        let channel_by_id = IdIndex::new(channels.iter().map(|c| c.id.as_str()));
+        let category_by_id = IdIndex::new(categories.iter().map(|c| c.id.as_str()));
+        let tag_by_id = IdIndex::new(tags.iter().map(|t| t.id.as_str()));
+        let tag_category = tags.iter().map(|t| category_by_id.get(&t.category_id).map(|c| c as u32)).collect();
+        Catalog { channels, categories, tags, channel_by_id, category_by_id, tag_by_id, tag_category }
+    }
+
+    /// Puts each entity at its place, where one of the same id stands (the
+    /// watcher edits its catalogue in place), and gives back the ones it
+    /// replaced. The id lookups hold as they are; a replaced tag's
+    /// category may have changed, so its place is looked up again.
+    #[allow(clippy::type_complexity)]
+    pub fn swap_in_place(
+        &mut self,
+        channels: BTreeMap<usize, Channel>,
+        categories: BTreeMap<usize, Category>,
+        tags: BTreeMap<usize, Tag>,
+    ) -> (BTreeMap<usize, Channel>, BTreeMap<usize, Category>, BTreeMap<usize, Tag>) {
+        let channels = swap(&mut self.channels, channels);
+        let categories = swap(&mut self.categories, categories);
+        let tags = swap(&mut self.tags, tags);
+        for &t in tags.keys() {
+            self.tag_category[t] = self.category_by_id.get(&self.tags[t].category_id).map(|c| c as u32);
+        }
+        (channels, categories, tags)
     }
 
     /// Whether the two hold entities of the same ids at the same places.
@@ -30,50 +102,77 @@ impl Catalog {
 
     /// The channel with this id.
     pub fn channel(&self, id: &str) -> Option<&Channel> {
-        self.channel_by_id.get(id).map(|&i| &self.channels[i])
+        self.channel_by_id.get(id).map(|i| &self.channels[i])
     }
 
     /// Where the channel with this id is.
     pub fn channel_index(&self, id: &str) -> Option<usize> {
-        self.channel_by_id.get(id).copied()
+        self.channel_by_id.get(id)
     }
 
     /// The category with this id, active or not.
     pub fn category(&self, id: &str) -> Option<&Category> {
-        self.category_by_id.get(id).map(|&i| &self.categories[i])
+        self.category_by_id.get(id).map(|i| &self.categories[i])
     }
 
     /// Where the category with this id is, active or not.
     pub fn category_index(&self, id: &str) -> Option<usize> {
-        self.category_by_id.get(id).copied()
+        self.category_by_id.get(id)
     }
 
     /// Where the tag with this id is, active or not.
     pub fn tag_index(&self, id: &str) -> Option<usize> {
-        self.tag_by_id.get(id).copied()
+        self.tag_by_id.get(id)
     }
 
     /// The tag with this id, active or not.
     pub fn tag(&self, id: &str) -> Option<&Tag> {
-        self.tag_by_id.get(id).map(|&i| &self.tags[i])
+        self.tag_by_id.get(id).map(|i| &self.tags[i])
     }
 
     /// The active category with this id; `None` when missing, rejected or
     /// inactive.
     pub fn active_category(&self, id: &str) -> Option<&Category> {
-        self.category_by_id.get(id).map(|&i| &self.categories[i]).filter(|c| c.active)
+        self.category_by_id.get(id).map(|i| &self.categories[i]).filter(|c| c.active)
     }
 
     pub fn active_category_index(&self, id: &str) -> Option<usize> {
-        self.category_by_id.get(id).copied().filter(|&i| self.categories[i].active)
+        self.category_by_id.get(id).filter(|&i| self.categories[i].active)
     }
 
     /// The active tag with this id, whatever its category's state.
     pub fn active_tag(&self, id: &str) -> Option<&Tag> {
-        self.tag_by_id.get(id).map(|&i| &self.tags[i]).filter(|t| t.active)
+        self.tag_by_id.get(id).map(|i| &self.tags[i]).filter(|t| t.active)
     }
 
     pub fn active_tag_index(&self, id: &str) -> Option<usize> {
-        self.tag_by_id.get(id).copied().filter(|&i| self.tags[i].active)
+        self.tag_by_id.get(id).filter(|&i| self.tags[i].active)
     }
+
+    /// [`Catalog::active_category_index`] of a reference as a video holds it.
+    pub fn active_category_place(&self, id: &Wid) -> Option<usize> {
+        self.category_by_id.get_wid(id).filter(|&i| self.categories[i].active)
+    }
+
+    /// [`Catalog::active_tag_index`] of a reference as a video holds it.
+    pub fn active_tag_place(&self, id: &Wid) -> Option<usize> {
+        self.tag_by_id.get_wid(id).filter(|&i| self.tags[i].active)
+    }
+
+    /// Where tag `t`'s category is, active or not: what
+    /// [`Catalog::category_index`] gives for its `categoryId`, kept.
+    pub fn tag_category_index(&self, t: usize) -> Option<usize> {
+        self.tag_category[t].map(|c| c as usize)
+    }
+}
+
+/// Swaps each entity into its place; gives the replaced ones by place.
+fn swap<T>(all: &mut [T], entities: BTreeMap<usize, T>) -> BTreeMap<usize, T> {
+    entities
+        .into_iter()
+        .map(|(i, mut entity)| {
+            std::mem::swap(&mut all[i], &mut entity);
+            (i, entity)
+        })
+        .collect()
 }

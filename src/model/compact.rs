@@ -45,6 +45,19 @@ impl Wid {
     }
 }
 
+/// A `Wid` equals a text when it is that id.
+impl PartialEq<str> for Wid {
+    fn eq(&self, other: &str) -> bool {
+        self.with_text(|text| text == other)
+    }
+}
+
+impl PartialEq<&str> for Wid {
+    fn eq(&self, other: &&str) -> bool {
+        *self == **other
+    }
+}
+
 /// A borrowed [`Wid`]: what the video store hands out without copying
 /// (its records keep an ObjectId's bytes, not a `Wid`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -141,7 +154,7 @@ fn hex24(bytes: &[u8; 12]) -> [u8; 24] {
 }
 
 /// The bytes of 24 lowercase hex digits (uppercase would not round-trip).
-fn hex12(text: &str) -> Option<[u8; 12]> {
+pub(crate) fn hex12(text: &str) -> Option<[u8; 12]> {
     let digits = text.as_bytes();
     if digits.len() != 24 {
         return None;

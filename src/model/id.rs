@@ -1,6 +1,7 @@
 //! Ids: ObjectIds written as lowercase hex, or strings that match
 //! `^[0-9A-Za-z_-]{1,128}$`. Anything else is unusable.
 
+use super::compact::Wid;
 use mongodb::bson::RawBsonRef;
 
 pub use crate::keys::segment::is_id_segment as is_usable_id;
@@ -35,6 +36,19 @@ pub fn read_id(value: RawBsonRef<'_>) -> IdValue {
     }
 }
 
+/// Reads a reference (a `categoryIds` or `tagIds` item, a legacy
+/// `categoryId`) as a [`Wid`], when it is usable. An ObjectId is kept as
+/// its bytes without being spelled out: the rebuild reads several
+/// references in every video, and the text it then made and dropped was
+/// an allocation each.
+pub fn read_ref(value: RawBsonRef<'_>) -> Option<Wid> {
+    match value {
+        RawBsonRef::ObjectId(oid) => Some(Wid::Hex(oid.bytes())),
+        RawBsonRef::String(s) if is_usable_id(s) => Some(Wid::new(s)),
+        _ => None,
+    }
+}
+
 /// The written id of an owned BSON value (an `_id` from a change event or
 /// a driver document), when it is usable.
 pub fn written_id(value: &mongodb::bson::Bson) -> Option<String> {
@@ -61,5 +75,12 @@ mod tests {
         assert!(matches!(read_id(RawBsonRef::Int32(5)), IdValue::Unusable(_)));
         assert_eq!(written_id(&mongodb::bson::Bson::ObjectId(oid)), Some("65a1b2c3d4e5f6a7b8c9d0e1".into()));
         assert_eq!(written_id(&mongodb::bson::Bson::String("a b".into())), None);
+        // A reference reads as the same id, ObjectId or its text.
+        assert_eq!(read_ref(RawBsonRef::ObjectId(oid)), Some(Wid::new("65a1b2c3d4e5f6a7b8c9d0e1")));
+        assert_eq!(read_ref(RawBsonRef::String("65a1b2c3d4e5f6a7b8c9d0e1")), Some(Wid::Hex(oid.bytes())));
+        assert_eq!(read_ref(RawBsonRef::String("65A1B2C3D4E5F6A7B8C9D0E1")).unwrap(), "65A1B2C3D4E5F6A7B8C9D0E1");
+        assert_eq!(read_ref(RawBsonRef::String("c-1_x")).unwrap(), "c-1_x");
+        assert_eq!(read_ref(RawBsonRef::String("a b")), None);
+        assert_eq!(read_ref(RawBsonRef::Int32(5)), None);
     }
 }

@@ -2,8 +2,9 @@
 //! stored fields) and the small index tuple every index family needs.
 
 use super::bson_json::{self, Lossy};
+use super::compact::Wid;
 use super::decode::{Fields, field, required_str};
-use super::id::{IdValue, read_id};
+use super::id::read_ref;
 use super::json::{self, ObjectWriter};
 use super::num;
 use super::report::{Reason, RefReport, Rejection};
@@ -24,27 +25,39 @@ pub struct VideoDoc {
     /// `addedTime` in epoch ms; 0 when absent or not a date.
     pub added_ms: i64,
     /// Usable category references as stored (repeats kept).
-    pub category_ids: Vec<String>,
+    pub category_ids: Vec<Wid>,
     /// Usable tag references as stored (repeats kept).
-    pub tag_ids: Vec<String>,
+    pub tag_ids: Vec<Wid>,
     /// The `VideoDetailPayload` JSON, for active videos when asked for.
     pub detail: Option<String>,
 }
 
 /// Keeps the usable ids of a reference array; counts the rest.
-fn usable_ids(value: RawBsonRef<'_>, site: &'static str, refs: &mut RefReport) -> Option<Vec<String>> {
+fn usable_ids(value: RawBsonRef<'_>, site: &'static str, refs: &mut RefReport) -> Option<Vec<Wid>> {
     let RawBsonRef::Array(arr) = value else {
         refs.unusable(site, 1);
         return None;
     };
     let mut ids = Vec::new();
     for element in arr {
-        match element.map(read_id) {
-            Ok(IdValue::Usable(id)) => ids.push(id),
-            _ => refs.unusable(site, 1),
+        match element.ok().and_then(read_ref) {
+            Some(id) => ids.push(id),
+            None => refs.unusable(site, 1),
         }
     }
     Some(ids)
+}
+
+/// Writes references as a JSON array of their texts.
+fn write_ids(out: &mut String, ids: &[Wid]) {
+    out.push('[');
+    for (i, id) in ids.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        id.with_text(|text| json::write_str(out, text));
+    }
+    out.push(']');
 }
 
 fn malformed(id: &str) -> Rejection {
@@ -103,7 +116,7 @@ pub fn decode_video(
                 ("categoryIds", value) => {
                     if let Some(ids) = usable_ids(value, SITE_CATEGORY_IDS, refs) {
                         if let Some(out) = field_out(&mut obj, "categoryIds") {
-                            json::write_str_array(out, ids.iter().map(String::as_str));
+                            write_ids(out, &ids);
                         }
                         category_ids = ids;
                     }
@@ -111,15 +124,15 @@ pub fn decode_video(
                 ("categoryId", value) => {
                     // The legacy rule comes first (`[categoryId]`), then an
                     // unusable reference is dropped: an empty array remains.
-                    let ids = match read_id(value) {
-                        IdValue::Usable(c) => vec![c],
-                        IdValue::Unusable(_) => {
+                    let ids = match read_ref(value) {
+                        Some(c) => vec![c],
+                        None => {
                             refs.unusable(SITE_CATEGORY_IDS, 1);
                             Vec::new()
                         }
                     };
                     if let Some(out) = field_out(&mut obj, "categoryIds") {
-                        json::write_str_array(out, ids.iter().map(String::as_str));
+                        write_ids(out, &ids);
                     }
                     if !ids.is_empty() {
                         category_ids = ids;
@@ -128,7 +141,7 @@ pub fn decode_video(
                 ("tagIds", value @ RawBsonRef::Array(_)) => {
                     if let Some(ids) = usable_ids(value, SITE_TAG_IDS, refs) {
                         if let Some(out) = field_out(&mut obj, "tagIds") {
-                            json::write_str_array(out, ids.iter().map(String::as_str));
+                            write_ids(out, &ids);
                         }
                         tag_ids = ids;
                     }
@@ -254,6 +267,27 @@ mod tests {
         assert_eq!(refs.unusable[SITE_CATEGORY_IDS], 2);
         assert_eq!(refs.unusable[SITE_TAG_IDS], 1);
         assert_eq!(v.added_ms, 1000);
+    }
+
+    /// An ObjectId reference and its lowercase text are one id, kept as
+    /// its bytes; its capitals are another id, kept as text. The detail
+    /// spells each as read.
+    #[test]
+    fn references_keep_their_texts_in_compact_form() {
+        let oid = ObjectId::parse_str("65a1b2c3d4e5f6a7b8c9d0e1").unwrap();
+        let (v, _) = decode(doc! {
+            "_id": "v1", "title": "t", "listStatus": 1_i32,
+            "categoryIds": [oid, "65a1b2c3d4e5f6a7b8c9d0e1", "65A1B2C3D4E5F6A7B8C9D0E1"], "tagIds": ["t\u{1}", oid],
+        });
+        assert_eq!(
+            v.detail.unwrap(),
+            r#"{"id":"v1","title":"t","listStatus":1,"categoryIds":["65a1b2c3d4e5f6a7b8c9d0e1","65a1b2c3d4e5f6a7b8c9d0e1","65A1B2C3D4E5F6A7B8C9D0E1"],"tagIds":["65a1b2c3d4e5f6a7b8c9d0e1"]}"#
+        );
+        assert_eq!(v.category_ids[0], Wid::Hex(oid.bytes()));
+        assert_eq!(v.category_ids[0], v.category_ids[1]);
+        assert_ne!(v.category_ids[1], v.category_ids[2]);
+        assert_eq!(v.category_ids[2], "65A1B2C3D4E5F6A7B8C9D0E1");
+        assert_eq!(v.tag_ids, vec!["65a1b2c3d4e5f6a7b8c9d0e1"]);
     }
 
     #[test]

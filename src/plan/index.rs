@@ -66,7 +66,7 @@ pub fn resolve_refs(video: &VideoDoc, catalog: &Catalog, refs: &mut RefReport) -
         if cat_ids[..i].contains(id) {
             continue;
         }
-        match catalog.active_category_index(id) {
+        match catalog.active_category_place(id) {
             Some(c) => out.push(c as u32),
             None => refs.dangling(SITE_CATEGORY_IDS, 1),
         }
@@ -78,12 +78,11 @@ pub fn resolve_refs(video: &VideoDoc, catalog: &Catalog, refs: &mut RefReport) -
         if tag_ids[..i].contains(id) {
             continue;
         }
-        match catalog.active_tag_index(id) {
-            // An id names one category, so the tag's category is one of the
-            // video's active ones exactly when its id is one of theirs.
-            Some(t)
-                if out[1..=cats].iter().any(|&c| catalog.categories[c as usize].id == catalog.tags[t].category_id) =>
-            {
+        match catalog.active_tag_place(id) {
+            // An id names one place in the catalogue, so the tag's category
+            // is one of the video's active ones exactly when its place is
+            // one of theirs: positions compared, not id texts.
+            Some(t) if catalog.tag_category_index(t).is_some_and(|tc| out[1..=cats].contains(&(tc as u32))) => {
                 out.push(t as u32)
             }
             Some(_) => {}
@@ -374,19 +373,26 @@ impl VideoTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::compact::Wid;
     use crate::plan::order::newest_first;
 
     /// The references as the watcher resolves them (`video::resolve` over
     /// the distinct ids, every tag's category looked up): the rebuild's
-    /// allocation-free path must agree, dangling counts included.
+    /// allocation-free path must agree, dangling counts included. The
+    /// expected places are found by comparing id texts one by one, so the
+    /// catalogue's keyed lookups (ObjectId hex by its bytes, other ids by
+    /// text) are checked too: half the categories have hex ids, and some
+    /// references spell them in capitals, which names no category.
     #[test]
     fn references_resolve_as_the_shared_rule_says() {
         use crate::plan::video::{distinct, resolve};
         use mongodb::bson::{doc, rawdoc};
+        let cid = |c: u64| if c.is_multiple_of(2) { format!("c{c}") } else { format!("{:024x}", 0xabc0 + c) };
+        let spelled = |c: u64, upper: bool| if upper { cid(c).to_uppercase() } else { cid(c) };
         let categories: Vec<_> = (0..6)
             .map(|c| {
                 mongodb::bson::RawDocumentBuf::from_document(
-                    &doc! {"_id": format!("c{c}"), "name": "n", "seq": 1, "status": c % 3},
+                    &doc! {"_id": cid(c), "name": "n", "seq": 1, "status": (c % 3) as i32},
                 )
                 .unwrap()
             })
@@ -394,7 +400,7 @@ mod tests {
         let tags: Vec<_> = (0..10)
             .map(|t| {
                 // c6 and c7 do not exist; every third tag is inactive.
-                let owner = format!("c{}", (t * 5) % 8);
+                let owner = spelled((t * 5) % 8, t % 4 == 1);
                 mongodb::bson::RawDocumentBuf::from_document(&doc! {"_id": format!("t{t}"), "name": "n", "seq": 1, "status": i32::from(t % 3 != 0), "categoryId": owner}).unwrap()
             })
             .collect();
@@ -409,17 +415,20 @@ mod tests {
             seed % n
         };
         for _ in 0..2_000 {
-            let category_ids: Vec<String> = (0..below(6)).map(|_| format!("c{}", below(9))).collect();
-            let tag_ids: Vec<String> = (0..below(8)).map(|_| format!("t{}", below(12))).collect();
+            let category_ids: Vec<Wid> = (0..below(6)).map(|_| Wid::new(&spelled(below(9), below(5) == 0))).collect();
+            let tag_ids: Vec<Wid> = (0..below(8)).map(|_| Wid::new(&format!("t{}", below(12)))).collect();
             let video = VideoDoc { id: "v".into(), active: true, added_ms: 0, category_ids, tag_ids, detail: None };
             let mut got_refs = RefReport::default();
             let got = resolve_refs(&video, &catalog, &mut got_refs);
             let mut want_refs = RefReport::default();
-            let cats = distinct(video.category_ids.iter().map(String::as_str))
-                .into_iter()
-                .map(|c| catalog.active_category_index(c));
-            let tags = distinct(video.tag_ids.iter().map(String::as_str)).into_iter().map(|t| {
-                catalog.active_tag_index(t).map(|t| (t, catalog.active_category_index(&catalog.tags[t].category_id)))
+            let category_at = |id: &str| catalog.categories.iter().rposition(|c| c.id == id);
+            let active_category = |id: &str| category_at(id).filter(|&c| catalog.categories[c].active);
+            let (cat_texts, tag_texts): (Vec<String>, Vec<String>) =
+                (video.category_ids.iter().map(Wid::text).collect(), video.tag_ids.iter().map(Wid::text).collect());
+            let cats = distinct(cat_texts.iter().map(String::as_str)).into_iter().map(active_category);
+            let tags = distinct(tag_texts.iter().map(String::as_str)).into_iter().map(|t| {
+                let at = catalog.tags.iter().rposition(|x| x.id == t).filter(|&x| catalog.tags[x].active);
+                at.map(|t| (t, active_category(&catalog.tags[t].category_id)))
             });
             let (mut out_cats, mut out_tags) = (Vec::new(), Vec::new());
             resolve(cats, tags, &mut want_refs, &mut out_cats, &mut out_tags);

@@ -307,8 +307,8 @@ pub fn detail_of(state: &State, probe: &DetailProbe, doc: &mongodb::bson::RawDoc
     let names = |syms: &[crate::model::compact::Sym]| -> Vec<&str> { syms.iter().map(|s| state.name(*s)).collect() };
     let same = video.active
         && video.added_ms == *added_ms
-        && video.category_ids.iter().map(String::as_str).eq(names(cats))
-        && video.tag_ids.iter().map(String::as_str).eq(names(tags));
+        && video.category_ids.iter().eq(names(cats))
+        && video.tag_ids.iter().eq(names(tags));
     same.then_some(video.detail).flatten()
 }
 

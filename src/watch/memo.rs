@@ -89,11 +89,8 @@ impl Replaced {
     /// Puts these entities back where they stood; gives the ones they
     /// replace.
     pub fn restore(self, catalog: &mut Catalog) -> Replaced {
-        Replaced {
-            channels: swap(&mut catalog.channels, self.channels),
-            categories: swap(&mut catalog.categories, self.categories),
-            tags: swap(&mut catalog.tags, self.tags),
-        }
+        let (channels, categories, tags) = catalog.swap_in_place(self.channels, self.categories, self.tags);
+        Replaced { channels, categories, tags }
     }
 }
 
@@ -103,8 +100,9 @@ pub enum Before {
     /// Edited in place: these entities stood where the catalogue now holds
     /// others of the same ids; every other entity is as it was.
     Patched(Replaced),
-    /// Assembled again: the whole old catalogue.
-    Whole(Catalog),
+    /// Assembled again: the whole old catalogue (boxed: a catalogue with
+    /// its lookups is several times the size of the other variant).
+    Whole(Box<Catalog>),
 }
 
 impl Before {
@@ -155,14 +153,6 @@ impl Before {
 
 fn was<'a, T: Entity>(replaced: &'a BTreeMap<usize, T>, now: &'a Catalog, id: &str) -> Option<&'a T> {
     T::index(now, id).map(|i| replaced.get(&i).unwrap_or(&T::all(now)[i]))
-}
-
-fn swap<T>(all: &mut [T], entities: BTreeMap<usize, T>) -> BTreeMap<usize, T> {
-    let mut swap = |(i, mut entity)| {
-        std::mem::swap(&mut all[i], &mut entity);
-        (i, entity)
-    };
-    entities.into_iter().map(&mut swap).collect()
 }
 
 impl CatalogMemo {

@@ -785,7 +785,7 @@ fn visit(state: &State, catalog: &Catalog, sel: &Selection, f: &mut dyn FnMut(Me
             distinct(v.cats.iter().copied()).into_iter().map(|c| catalog.active_category_index(state.name(c)));
         let tag_refs = distinct(v.tags.iter().copied()).into_iter().map(|t| {
             let tag = catalog.active_tag_index(state.name(t));
-            tag.map(|i| (i, catalog.active_category_index(&catalog.tags[i].category_id)))
+            tag.map(|i| (i, catalog.tag_category_index(i).filter(|&c| catalog.categories[c].active)))
         });
         resolve(cat_refs, tag_refs, &mut refs, &mut cats, &mut tags);
         f(Member { id: w, added_ms: v.added_ms, cats: &cats, tags: &tags });

@@ -444,8 +444,8 @@ impl State {
     /// filed, and interning gives a text the symbol it already has.
     pub fn decode_videos<D: AsRef<RawDocument> + Sync>(syms: &Syms, docs: &[D]) -> DecodedVideos {
         use rayon::prelude::*;
-        let look = |ids: Vec<String>| -> Vec<Result<Sym, String>> {
-            ids.into_iter().map(|id| syms.get(&id).ok_or(id)).collect()
+        let look = |ids: Vec<Wid>| -> Vec<Result<Sym, String>> {
+            ids.into_iter().map(|id| id.with_text(|text| syms.get(text)).ok_or_else(|| id.text())).collect()
         };
         let decoded = docs
             .par_iter()
@@ -660,7 +660,7 @@ impl State {
         let mut detail = None;
         let fields = doc.ok().map(|mut d| {
             detail = d.detail.take();
-            let mut intern = |ids: Vec<String>| ids.iter().map(|i| self.syms.intern(i)).collect();
+            let mut intern = |ids: Vec<Wid>| ids.iter().map(|i| i.with_text(|text| self.syms.intern(text))).collect();
             let (cats, tags) = (intern(d.category_ids), intern(d.tag_ids));
             Fields { active: d.active, added_ms: d.added_ms, cats, tags }
         });
@@ -699,7 +699,7 @@ impl State {
             self.memo.forget(*coll, key);
         }
         let new = self.memo.assemble(&self.catalog_docs, &self.catalog);
-        Before::Whole(std::mem::replace(&mut self.catalog, new))
+        Before::Whole(Box::new(std::mem::replace(&mut self.catalog, new)))
     }
 
     /// Applies a batch of events, recording how to undo it.
@@ -824,7 +824,7 @@ impl State {
             Some(Before::Patched(replaced)) => Some(Before::Patched(replaced.restore(&mut self.catalog))),
             Some(Before::Whole(catalog)) => {
                 self.memo.clear();
-                Some(Before::Whole(std::mem::replace(&mut self.catalog, catalog)))
+                Some(Before::Whole(Box::new(std::mem::replace(&mut self.catalog, *catalog))))
             }
             None => None,
         };

@@ -123,6 +123,14 @@ fn add_variadic(cmd: &mut redis::Cmd, edit: &Edit) {
 
 /// Appends the commands that replace every key of `ops` whole (see
 /// [`build_pipeline`]) to `unit`.
+///
+/// The collections' old values go first, in one `UNLINK` of them all:
+/// a rebuild's batch replaces a `video:categories` set per video, and a
+/// command per key for its `UNLINK` was a quarter of the batch's commands,
+/// each encoded, queued, answered twice (`QUEUED`, then in `EXEC`'s reply)
+/// and parsed. Inside the transaction nothing can tell the two orders
+/// apart, unless a key comes twice: then each keeps its own `UNLINK` in
+/// its place.
 pub fn add_ops<'a>(
     unit: &mut Unit,
     ops: impl IntoIterator<Item = &'a Op>,
@@ -130,6 +138,13 @@ pub fn add_ops<'a>(
     jitter: f64,
     mut uniform: impl FnMut() -> f64,
 ) {
+    let ops: Vec<&Op> = ops.into_iter().collect();
+    let collections: Vec<&str> =
+        ops.iter().filter(|op| !matches!(op.value, Value::String(_))).map(|op| op.key.text.as_str()).collect();
+    let unlinked_first = collections.len() > 1 && distinct_keys(&ops);
+    if unlinked_first {
+        unit.unlink(&collections);
+    }
     for op in ops {
         let seconds = ttl_with_jitter(ttl.get(op.tier()), jitter, uniform());
         let key = op.key.text.as_str();
@@ -139,12 +154,20 @@ pub fn add_ops<'a>(
                 unit.cmd_with_room("SET", key, 3, value.len() + 22).arg(value).arg("EX").arg(seconds);
             }
             collection => {
-                unit.cmd("UNLINK", key);
+                if !unlinked_first {
+                    unit.cmd("UNLINK", key);
+                }
                 add_members(unit, key, collection, 0..collection.elements());
                 unit.cmd("EXPIRE", key).arg(seconds);
             }
         }
     }
+}
+
+/// Whether no key comes twice among `ops`.
+fn distinct_keys(ops: &[&Op]) -> bool {
+    let mut seen = rustc_hash::FxHashSet::with_capacity_and_hasher(ops.len(), Default::default());
+    ops.iter().all(|op| seen.insert(op.key.text.as_str()))
 }
 
 /// Appends the adds of a collection's elements `range` to `key`
@@ -214,6 +237,35 @@ mod tests {
             "EXEC",
         ];
         assert_in_order(&pipe, &expected);
+    }
+
+    /// Several collections lose their old values in one `UNLINK` ahead of
+    /// their adds; a key that comes twice keeps each `UNLINK` in its place.
+    #[test]
+    fn collections_are_unlinked_together_unless_a_key_repeats() {
+        let keys = Keys::new("app:");
+        let set = |id: &str, member: &str| Op {
+            key: keys.key(FamilyId::VideoCategories, &[id]),
+            value: Value::Set(vec![member.into()]),
+        };
+        let ttl = TierSeconds { count: 1, index: 2, detail: 3, catalog: 4 };
+        let packed = |ops: &[Op]| {
+            let pipe = build_pipeline(ops, &ttl, 0.0, || 0.0);
+            String::from_utf8_lossy(&pipe.get_packed_pipeline()).replace("\r\n", " ")
+        };
+        let together = packed(&[set("v1", "c1"), set("v2", "c2")]);
+        assert_eq!(together.matches("UNLINK").count(), 1, "{together}");
+        assert!(
+            together.contains("*3 $6 UNLINK $23 app:video:categories:v1 $23 app:video:categories:v2 *3 $4 SADD"),
+            "{together}"
+        );
+        let repeated = packed(&[set("v1", "c1"), set("v2", "c2"), set("v1", "c3")]);
+        assert_eq!(repeated.matches("UNLINK").count(), 3, "{repeated}");
+        let order: Vec<&str> = repeated.split(" *").filter_map(|c| c.split(' ').nth(2)).collect();
+        assert_eq!(
+            order,
+            ["MULTI", "UNLINK", "SADD", "EXPIRE", "UNLINK", "SADD", "EXPIRE", "UNLINK", "SADD", "EXPIRE", "EXEC"]
+        );
     }
 
     /// The watcher's changes go in their order: a put as a rebuild writes

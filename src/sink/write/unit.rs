@@ -65,9 +65,9 @@ impl Unit {
     }
 
     /// `UNLINK` of `keys` (nothing when there is none).
-    pub fn unlink(&mut self, keys: &[String]) {
+    pub fn unlink<S: AsRef<str>>(&mut self, keys: &[S]) {
         if !keys.is_empty() {
-            self.entries.push(Entry::Unlink(keys.to_vec()));
+            self.entries.push(Entry::Unlink(keys.iter().map(|key| key.as_ref().to_owned()).collect()));
         }
     }
 
@@ -174,7 +174,7 @@ mod tests {
         let mut unit = Unit::new();
         unit.cmd("SET", "a").arg("v");
         unit.unlink(&["a".to_string(), "b".to_string()]);
-        unit.unlink(&[]);
+        unit.unlink::<String>(&[]);
         unit.smove("s:active".into(), "s:done".into(), "r1");
         let mut step = Step::default();
         step.cmd(crate::sink::cluster::SIZE_GUARD, "k").arg("LLEN").arg(2);

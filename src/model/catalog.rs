@@ -19,6 +19,9 @@ pub struct Catalog {
     tag_category: Vec<Option<u32>>,
 }
 
+/// Entities by their place in the catalogue.
+pub type Placed<T> = BTreeMap<usize, T>;
+
 /// Positions by id. An ObjectId's 24 lowercase hex digits are keyed by
 /// their 12 bytes, held in the table itself: a lookup then reads one
 /// bucket instead of following a pointer to the key's text, and the
@@ -77,13 +80,12 @@ impl Catalog {
     /// watcher edits its catalogue in place), and gives back the ones it
     /// replaced. The id lookups hold as they are; a replaced tag's
     /// category may have changed, so its place is looked up again.
-    #[allow(clippy::type_complexity)]
     pub fn swap_in_place(
         &mut self,
-        channels: BTreeMap<usize, Channel>,
-        categories: BTreeMap<usize, Category>,
-        tags: BTreeMap<usize, Tag>,
-    ) -> (BTreeMap<usize, Channel>, BTreeMap<usize, Category>, BTreeMap<usize, Tag>) {
+        channels: Placed<Channel>,
+        categories: Placed<Category>,
+        tags: Placed<Tag>,
+    ) -> (Placed<Channel>, Placed<Category>, Placed<Tag>) {
         let channels = swap(&mut self.channels, channels);
         let categories = swap(&mut self.categories, categories);
         let tags = swap(&mut self.tags, tags);
@@ -167,7 +169,7 @@ impl Catalog {
 }
 
 /// Swaps each entity into its place; gives the replaced ones by place.
-fn swap<T>(all: &mut [T], entities: BTreeMap<usize, T>) -> BTreeMap<usize, T> {
+fn swap<T>(all: &mut [T], entities: Placed<T>) -> Placed<T> {
     entities
         .into_iter()
         .map(|(i, mut entity)| {

@@ -66,11 +66,12 @@ where
             let resolved = match &mut video {
                 Ok(video) if video.active => {
                     let resolved = resolve_refs(video, catalog, &mut refs);
-                    // Resolved, the references' text is not needed again.
-                    // Freed here, on the thread that allocated it: freed
-                    // by the admitting thread, each string was a
-                    // cross-thread free (mimalloc's slower path, a sixth
-                    // of admitting's samples).
+                    // Resolved, the references are not needed again.
+                    // Freed here, on the thread that allocated them: freed
+                    // by the admitting thread, each list (and each text
+                    // reference) was a cross-thread free (mimalloc's
+                    // slower path, a sixth of admitting's samples when
+                    // every reference was a string).
                     video.category_ids = Vec::new();
                     video.tag_ids = Vec::new();
                     Some(resolved)

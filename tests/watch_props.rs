@@ -475,7 +475,7 @@ fn state_fingerprint(state: &State) -> String {
         .collect();
     let owners: BTreeMap<String, String> =
         state.videos.written_ids().into_iter().map(|(w, keys)| (w.text(), format!("{keys:?}"))).collect();
-    let cats: Vec<(&String, bool)> = state.catalog.categories.iter().map(|c| (&c.id, c.active)).collect();
+    let cats: Vec<(&String, bool)> = state.catalog.categories().iter().map(|c| (&c.id, c.active)).collect();
     format!("{docs:?}\n{videos:?}\n{owners:?}\n{cats:?}")
 }
 

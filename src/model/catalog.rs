@@ -1,15 +1,19 @@
 //! The decoded catalogue (channels, categories, tags) with id lookups.
 
-use super::compact::{Wid, hex12};
+use super::compact::{Wid, WidRef, hex12};
 use super::decode::{Category, Channel, Tag};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
 
+/// The entities are read through [`Catalog::channels`] and its siblings
+/// and replaced only through [`Catalog::swap_in_place`]: the id lookups
+/// and each tag's category place are derived from them, and an edit that
+/// went around the swap would leave those stale.
 #[derive(Debug, Default)]
 pub struct Catalog {
-    pub channels: Vec<Channel>,
-    pub categories: Vec<Category>,
-    pub tags: Vec<Tag>,
+    channels: Vec<Channel>,
+    categories: Vec<Category>,
+    tags: Vec<Tag>,
     channel_by_id: IdIndex,
     category_by_id: IdIndex,
     tag_by_id: IdIndex,
@@ -49,19 +53,23 @@ impl IdIndex {
     }
 
     fn get(&self, id: &str) -> Option<usize> {
-        let at = match hex12(id) {
-            Some(bytes) => self.hex.get(&bytes),
-            None => self.text.get(id),
-        };
-        at.map(|&i| i as usize)
+        match hex12(id) {
+            Some(bytes) => self.get_ref(WidRef::Hex(&bytes)),
+            None => self.get_ref(WidRef::Text(id)),
+        }
     }
 
     /// [`IdIndex::get`] of an id already in its compact form: a `Wid`
     /// holds hex ids as their bytes and only other ids as text.
     fn get_wid(&self, id: &Wid) -> Option<usize> {
+        self.get_ref(id.as_ref())
+    }
+
+    /// The one lookup: the form says which map holds the id.
+    fn get_ref(&self, id: WidRef<'_>) -> Option<usize> {
         let at = match id {
-            Wid::Hex(bytes) => self.hex.get(bytes),
-            Wid::Text(text) => self.text.get(&***text),
+            WidRef::Hex(bytes) => self.hex.get(bytes),
+            WidRef::Text(text) => self.text.get(text),
         };
         at.map(|&i| i as usize)
     }
@@ -93,6 +101,21 @@ impl Catalog {
             self.tag_category[t] = self.category_by_id.get(&self.tags[t].category_id).map(|c| c as u32);
         }
         (channels, categories, tags)
+    }
+
+    /// Channels in cursor order (the rejected left out).
+    pub fn channels(&self) -> &[Channel] {
+        &self.channels
+    }
+
+    /// Categories in cursor order, active or not.
+    pub fn categories(&self) -> &[Category] {
+        &self.categories
+    }
+
+    /// Tags in cursor order, active or not.
+    pub fn tags(&self) -> &[Tag] {
+        &self.tags
     }
 
     /// Whether the two hold entities of the same ids at the same places.

@@ -167,12 +167,21 @@ where
 
 /// Writes a JSON array of strings.
 pub fn write_str_array<'s>(out: &mut String, items: impl IntoIterator<Item = &'s str>) {
+    write_array(out, items, write_str);
+}
+
+/// Writes a JSON array, each element by `write_item`.
+pub fn write_array<T>(
+    out: &mut String,
+    items: impl IntoIterator<Item = T>,
+    mut write_item: impl FnMut(&mut String, T),
+) {
     out.push('[');
     for (i, item) in items.into_iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
-        write_str(out, item);
+        write_item(out, item);
     }
     out.push(']');
 }

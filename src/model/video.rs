@@ -50,14 +50,7 @@ fn usable_ids(value: RawBsonRef<'_>, site: &'static str, refs: &mut RefReport) -
 
 /// Writes references as a JSON array of their texts.
 fn write_ids(out: &mut String, ids: &[Wid]) {
-    out.push('[');
-    for (i, id) in ids.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        id.with_text(|text| json::write_str(out, text));
-    }
-    out.push(']');
+    json::write_array(out, ids, |out, id| id.with_text(|text| json::write_str(out, text)));
 }
 
 fn malformed(id: &str) -> Rejection {

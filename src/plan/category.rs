@@ -35,8 +35,8 @@ pub struct Derived {
 
 impl Derived {
     pub fn new(catalog: &Catalog, refs: &mut RefReport) -> Derived {
-        let cats = &catalog.categories;
-        let tags = &catalog.tags;
+        let cats = catalog.categories();
+        let tags = catalog.tags();
         let mut active_categories: Vec<usize> = (0..cats.len()).filter(|&i| cats[i].active).collect();
         active_categories.sort_by(|&a, &b| by_seq(seq_key(&cats[a]), seq_key(&cats[b])));
         let mut active_tags: Vec<usize> = (0..tags.len()).filter(|&i| tags[i].active).collect();
@@ -74,7 +74,7 @@ impl Derived {
     /// the tags left must be among `category_ids`. Dangling references are
     /// not counted (only a whole plan counts them).
     pub fn update(mut self, catalog: &Catalog, tag_ids: &BTreeSet<String>, category_ids: &BTreeSet<String>) -> Derived {
-        let (cats, tags) = (&catalog.categories, &catalog.tags);
+        let (cats, tags) = (catalog.categories(), catalog.tags());
         let changed_tags: BTreeSet<usize> = tag_ids.iter().filter_map(|id| catalog.tag_index(id)).collect();
         let mut changed_cats: BTreeSet<usize> =
             category_ids.iter().filter_map(|id| catalog.category_index(id)).collect();
@@ -203,13 +203,13 @@ pub fn category_payload(cat: &Category, tags: &[&Tag], full_tags: Option<&[&str]
 pub fn plan(catalog: &Catalog, derived: &Derived, ctx: &PlanCtx, scope: &CatalogScope, out: &mut Vec<Op>) {
     let payload = |c: usize| derived.category_json[c].as_deref().unwrap_or_default();
     for &c in &derived.active_categories {
-        let cat = &catalog.categories[c];
+        let cat = &catalog.categories()[c];
         if !scope.category(&cat.id) {
             continue;
         }
         ctx.emit(out, FamilyId::CategoryById, &[&cat.id], Value::String(payload(c).to_string()));
 
-        let own: Vec<&Tag> = derived.tags_of[c].iter().map(|&t| &catalog.tags[t]).collect();
+        let own: Vec<&Tag> = derived.tags_of[c].iter().map(|&t| &catalog.tags()[t]).collect();
         if ctx.families.contains(FamilyId::CategoryWithTags) {
             let full: Vec<&str> = derived.tags_of[c].iter().filter_map(|&t| derived.tag_json[t].as_deref()).collect();
             let with_tags = category_payload(cat, &own, Some(&full));

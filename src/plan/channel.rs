@@ -91,7 +91,7 @@ pub fn plan(
     out: &mut Vec<Op>,
     refs: &mut RefReport,
 ) {
-    let mut order: Vec<&Channel> = catalog.channels.iter().collect();
+    let mut order: Vec<&Channel> = catalog.channels().iter().collect();
     order.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()).then_with(|| a.id.cmp(&b.id)));
     let with_all = scope.aggregate(FamilyId::ChannelAll) && ctx.families.contains(FamilyId::ChannelAll);
     let mut all = Vec::with_capacity(order.len());
@@ -118,9 +118,9 @@ pub fn plan(
             let with = channel_payload(ch, Embed::Own(&ch.categories), Embed::Full(&tag_payloads));
             ctx.emit(out, FamilyId::ChannelWithTags, &[&ch.id], Value::String(with));
         }
-        let cat_ids = cats.iter().map(|&c| catalog.categories[c].id.clone()).collect();
+        let cat_ids = cats.iter().map(|&c| catalog.categories()[c].id.clone()).collect();
         ctx.emit(out, FamilyId::ChannelCategories, &[&ch.id], Value::Set(cat_ids));
-        let tag_ids = tags.iter().map(|&t| catalog.tags[t].id.clone()).collect();
+        let tag_ids = tags.iter().map(|&t| catalog.tags()[t].id.clone()).collect();
         ctx.emit(out, FamilyId::ChannelTags, &[&ch.id], Value::Set(tag_ids));
         ctx.emit(out, FamilyId::ChannelById, &[&ch.id], Value::String(own.clone()));
         all.push(own);

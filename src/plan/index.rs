@@ -221,7 +221,7 @@ impl VideoTable {
             self.indexed += 1;
             let cats = &resolved[1..=resolved[0] as usize];
             if !cats.is_empty() && ctx.families.contains(FamilyId::VideoCategories) {
-                let ids = cats.iter().map(|&c| catalog.categories[c as usize].id.clone()).collect();
+                let ids = cats.iter().map(|&c| catalog.categories()[c as usize].id.clone()).collect();
                 ops.push(Op { key: ctx.keys.key(FamilyId::VideoCategories, &[&video.id]), value: Value::Set(ids) });
                 flags |= CATEGORIES;
             }
@@ -267,7 +267,7 @@ impl VideoTable {
     fn scopes(&self, catalog: &Catalog) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
         let active = || (0..self.recs.len() as u32).filter(|&at| self.recs[at as usize].flags & ACTIVE != 0);
         // Counted first so that every list is allocated once, exactly.
-        let (mut n_cat, mut n_tag) = (vec![0usize; catalog.categories.len()], vec![0usize; catalog.tags.len()]);
+        let (mut n_cat, mut n_tag) = (vec![0usize; catalog.categories().len()], vec![0usize; catalog.tags().len()]);
         for at in active() {
             let (cats, tags) = self.refs(at);
             cats.iter().for_each(|&c| n_cat[c as usize] += 1);
@@ -301,12 +301,13 @@ impl VideoTable {
         /// Scopes planned together (in parallel) and sent as one group.
         const GROUP: usize = 16;
         let (in_cat, with_tag) = self.scopes(catalog);
-        let categories: Vec<usize> = (0..catalog.categories.len()).filter(|&c| catalog.categories[c].active).collect();
+        let categories: Vec<usize> =
+            (0..catalog.categories().len()).filter(|&c| catalog.categories()[c].active).collect();
         for group in categories.chunks(GROUP) {
             let ops = group
                 .par_iter()
                 .flat_map_iter(|&c| {
-                    let (cat, members) = (&catalog.categories[c], &in_cat[c]);
+                    let (cat, members) = (&catalog.categories()[c], &in_cat[c]);
                     let mut ops = Vec::with_capacity(3);
                     let count = members.len().to_string();
                     ctx.emit(&mut ops, FamilyId::CategoryVideoCount, &[&cat.id], Value::String(count));
@@ -324,12 +325,12 @@ impl VideoTable {
             }
         }
         if ctx.families.contains(FamilyId::VideoTagList) {
-            let tags: Vec<usize> = (0..catalog.tags.len()).filter(|&t| !with_tag[t].is_empty()).collect();
+            let tags: Vec<usize> = (0..catalog.tags().len()).filter(|&t| !with_tag[t].is_empty()).collect();
             for group in tags.chunks(GROUP) {
                 let ops = group
                     .par_iter()
                     .flat_map_iter(|&t| {
-                        let tag = &catalog.tags[t];
+                        let tag = &catalog.tags()[t];
                         let mut ops = Vec::with_capacity(1);
                         let ids = Value::List(self.ids(&with_tag[t]));
                         ctx.emit(&mut ops, FamilyId::VideoTagList, &[&tag.category_id, &tag.id], ids);
@@ -343,7 +344,7 @@ impl VideoTable {
         }
         drop(with_tag);
         if ctx.families.contains(FamilyId::VideoListHome) {
-            for channel in &catalog.channels {
+            for channel in catalog.channels() {
                 let mut cats: Vec<usize> =
                     channel.categories.iter().filter_map(|item| catalog.active_category_index(&item.id)).collect();
                 cats.sort_unstable();
@@ -421,14 +422,14 @@ mod tests {
             let mut got_refs = RefReport::default();
             let got = resolve_refs(&video, &catalog, &mut got_refs);
             let mut want_refs = RefReport::default();
-            let category_at = |id: &str| catalog.categories.iter().rposition(|c| c.id == id);
-            let active_category = |id: &str| category_at(id).filter(|&c| catalog.categories[c].active);
+            let category_at = |id: &str| catalog.categories().iter().rposition(|c| c.id == id);
+            let active_category = |id: &str| category_at(id).filter(|&c| catalog.categories()[c].active);
             let (cat_texts, tag_texts): (Vec<String>, Vec<String>) =
                 (video.category_ids.iter().map(Wid::text).collect(), video.tag_ids.iter().map(Wid::text).collect());
             let cats = distinct(cat_texts.iter().map(String::as_str)).into_iter().map(active_category);
             let tags = distinct(tag_texts.iter().map(String::as_str)).into_iter().map(|t| {
-                let at = catalog.tags.iter().rposition(|x| x.id == t).filter(|&x| catalog.tags[x].active);
-                at.map(|t| (t, active_category(&catalog.tags[t].category_id)))
+                let at = catalog.tags().iter().rposition(|x| x.id == t).filter(|&x| catalog.tags()[x].active);
+                at.map(|t| (t, active_category(&catalog.tags()[t].category_id)))
             });
             let (mut out_cats, mut out_tags) = (Vec::new(), Vec::new());
             resolve(cats, tags, &mut want_refs, &mut out_cats, &mut out_tags);

@@ -15,9 +15,9 @@ pub fn plan(catalog: &Catalog, derived: &Derived, ctx: &PlanCtx, scope: &Catalog
         ctx.emit(out, FamilyId::TagAll, &[], Value::String(all));
     }
 
-    for &c in derived.active_categories.iter().filter(|&&c| scope.category(&catalog.categories[c].id)) {
+    for &c in derived.active_categories.iter().filter(|&&c| scope.category(&catalog.categories()[c].id)) {
         let items: Vec<String> = derived.tags_of[c].iter().filter_map(|&t| derived.tag_json[t].clone()).collect();
-        ctx.emit(out, FamilyId::TagList, &[&catalog.categories[c].id], Value::List(items));
+        ctx.emit(out, FamilyId::TagList, &[&catalog.categories()[c].id], Value::List(items));
     }
 
     if ctx.families.contains(FamilyId::TagSearch) && scope.any_prefix() {
@@ -37,7 +37,7 @@ fn search_prefixes(
 ) -> BTreeMap<String, Vec<String>> {
     let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for &t in &derived.active_tags {
-        let tag = &catalog.tags[t];
+        let tag = &catalog.tags()[t];
         let name = derived.search_names[t].as_deref().unwrap_or_default();
         for &len in lengths {
             if let Some(prefix) = prefix_chars(name, len).filter(|p| scope.prefix(p)) {

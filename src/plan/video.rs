@@ -117,9 +117,9 @@ pub fn plan_selected(
 ) -> Vec<Op> {
     // The categories whose members are needed: the selected ones, and
     // every active category of a selected channel (its home sections).
-    let mut needed: Vec<bool> = (0..catalog.categories.len()).map(|c| Selection::has(&sel.categories, &c)).collect();
+    let mut needed: Vec<bool> = (0..catalog.categories().len()).map(|c| Selection::has(&sel.categories, &c)).collect();
     let channel_cats: Vec<(usize, Vec<usize>)> = catalog
-        .channels
+        .channels()
         .iter()
         .enumerate()
         .filter(|(ch, _)| Selection::has(&sel.channels, ch))
@@ -138,10 +138,10 @@ pub fn plan_selected(
             }
         }
     }
-    let wanted_tag: Vec<bool> = (0..catalog.tags.len()).map(|t| Selection::has(&sel.tags, &t)).collect();
+    let wanted_tag: Vec<bool> = (0..catalog.tags().len()).map(|t| Selection::has(&sel.tags, &t)).collect();
 
-    let mut in_category: Vec<Vec<Listed>> = vec![Vec::new(); catalog.categories.len()];
-    let mut with_tag: Vec<Vec<Listed>> = vec![Vec::new(); catalog.tags.len()];
+    let mut in_category: Vec<Vec<Listed>> = vec![Vec::new(); catalog.categories().len()];
+    let mut with_tag: Vec<Vec<Listed>> = vec![Vec::new(); catalog.tags().len()];
     let mut out = Vec::new();
     let plan_memberships = ctx.families.contains(FamilyId::VideoCategories);
     visit(&mut |m: Member<'_>| {
@@ -158,7 +158,7 @@ pub fn plan_selected(
             }
         }
         if plan_memberships && sel.videos.as_ref().is_none_or(|v| v.contains(m.id)) {
-            let ids = m.cats.iter().map(|&c| catalog.categories[c].id.clone()).collect();
+            let ids = m.cats.iter().map(|&c| catalog.categories()[c].id.clone()).collect();
             ctx.emit(&mut out, FamilyId::VideoCategories, &[m.id], Value::Set(ids));
         }
     });
@@ -170,7 +170,7 @@ pub fn plan_selected(
         members.iter().map(|(added, id)| (*added, id.to_string())).collect()
     };
     let per_category: Vec<Vec<Op>> = catalog
-        .categories
+        .categories()
         .par_iter()
         .enumerate()
         .filter(|(c, cat)| cat.active && Selection::has(&sel.categories, c))
@@ -187,13 +187,13 @@ pub fn plan_selected(
     out.extend(per_category.into_iter().flatten());
 
     for (t, members) in with_tag.iter().enumerate().filter(|(t, _)| wanted_tag[*t]) {
-        let tag = &catalog.tags[t];
+        let tag = &catalog.tags()[t];
         ctx.emit(&mut out, FamilyId::VideoTagList, &[&tag.category_id, &tag.id], Value::List(ids_of(members)));
     }
 
     if ctx.families.contains(FamilyId::VideoListHome) {
         for (ch, cats) in &channel_cats {
-            let channel = &catalog.channels[*ch];
+            let channel = &catalog.channels()[*ch];
             for section in &ctx.home_sections {
                 let HomeSectionKind::Latest = section.kind;
                 // The newest `limit` of the union lie within the newest

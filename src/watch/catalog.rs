@@ -36,7 +36,7 @@ pub fn reached(before: &Before, new: &Catalog, applied: &Applied, ctx: &PlanCtx)
         }
     }
     keys.channels = applied.channels.iter().cloned().collect();
-    for ch in before.channels(new).into_iter().chain(&new.channels) {
+    for ch in before.channels(new).into_iter().chain(new.channels()) {
         let refs_category = ch.categories.iter().any(|r| keys.categories.contains(&r.id));
         if refs_category || ch.tags.iter().any(|r| applied.tags.contains(&r.id)) {
             keys.channels.insert(ch.id.clone());

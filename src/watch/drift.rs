@@ -236,9 +236,9 @@ fn video_at(state: &State, at: usize) -> Option<String> {
 fn entity_at(state: &State, kind: Scope, at: usize) -> Option<String> {
     let c = &state.catalog;
     let (listed, held) = match kind {
-        Scope::Category => (c.categories.len(), &state.existing.by_category),
-        Scope::Tag => (c.tags.len(), &state.existing.by_tag),
-        Scope::Channel => (c.channels.len(), &state.existing.by_channel),
+        Scope::Category => (c.categories().len(), &state.existing.by_category),
+        Scope::Tag => (c.tags().len(), &state.existing.by_tag),
+        Scope::Channel => (c.channels().len(), &state.existing.by_channel),
         Scope::Global | Scope::Video => return None,
     };
     let total = listed + held.len();
@@ -250,9 +250,9 @@ fn entity_at(state: &State, kind: Scope, at: usize) -> Option<String> {
         return held.keys().nth(at - listed).cloned();
     }
     Some(match kind {
-        Scope::Category => c.categories[at].id.clone(),
-        Scope::Tag => c.tags[at].id.clone(),
-        _ => c.channels[at].id.clone(),
+        Scope::Category => c.categories()[at].id.clone(),
+        Scope::Tag => c.tags()[at].id.clone(),
+        _ => c.channels()[at].id.clone(),
     })
 }
 

@@ -149,7 +149,7 @@ pub(super) fn plan_homes(
     if !ctx.families.contains(FamilyId::VideoListHome) {
         return out;
     }
-    for ch in catalog.channels.iter().filter(|ch| channels.contains(&ch.id)) {
+    for ch in catalog.channels().iter().filter(|ch| channels.contains(&ch.id)) {
         let mut cats: Vec<&str> = ch.categories.iter().map(|r| r.id.as_str()).collect();
         cats.sort_unstable();
         cats.dedup();

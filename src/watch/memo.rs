@@ -54,7 +54,7 @@ macro_rules! entity {
                 $decode(doc, id, &mut RefReport::default())
             }
             fn all(catalog: &Catalog) -> &[Self] {
-                &catalog.$all
+                catalog.$all()
             }
             fn index(catalog: &Catalog, id: &str) -> Option<usize> {
                 catalog.$index(id)
@@ -134,10 +134,10 @@ impl Before {
     /// The channels before the batch.
     pub fn channels<'a>(&'a self, now: &'a Catalog) -> Vec<&'a Channel> {
         match self {
-            Before::Whole(old) => old.channels.iter().collect(),
+            Before::Whole(old) => old.channels().iter().collect(),
             Before::Patched(replaced) => {
                 let at = |(i, ch)| replaced.channels.get(&i).unwrap_or(ch);
-                now.channels.iter().enumerate().map(at).collect()
+                now.channels().iter().enumerate().map(at).collect()
             }
         }
     }
@@ -352,7 +352,7 @@ pub(super) mod tests {
         let changed = [(Coll::Tag, key.clone())].into_iter().collect();
         let replaced = memo.patch(&mut catalog, &docs, &changed).expect("a rename in place");
         assert_eq!(format!("{catalog:?}"), whole(&docs));
-        assert!(catalog.tags.iter().any(|t| t.name == "Renamed Tag"));
+        assert!(catalog.tags().iter().any(|t| t.name == "Renamed Tag"));
         let renamed = replaced.restore(&mut catalog);
         assert_eq!(format!("{catalog:?}"), before);
         renamed.restore(&mut catalog);

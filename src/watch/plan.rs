@@ -240,7 +240,7 @@ fn plan_scoped(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCt
     // A category that turned (in)active changes its own index keys, its
     // tags' lists, and the category set of every video referencing it.
     cats.extend(flipped.iter().cloned());
-    for tag in catalog.tags.iter().filter(|t| flipped.contains(&t.category_id)) {
+    for tag in catalog.tags().iter().filter(|t| flipped.contains(&t.category_id)) {
         tags.insert(tag.id.clone());
         whole_tags.insert(tag.id.clone());
     }
@@ -251,7 +251,7 @@ fn plan_scoped(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCt
     // channels the batch or a failed one changed, and of the categories
     // that turned (in)active or a failed batch may have half-written.
     let mut forced = channels.clone();
-    forced.extend(reading(&catalog.channels, &cats));
+    forced.extend(reading(catalog.channels(), &cats));
     let mut moved: Vec<Moved> = Vec::new();
 
     // Touched videos: the detail always; the index scopes only when what
@@ -294,7 +294,7 @@ fn plan_scoped(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCt
 
     // A category's channels' home sections read it.
     let old_channels = applied.before.as_ref().map(|b| b.channels(catalog)).unwrap_or_default();
-    channels.extend(reading(catalog.channels.iter().chain(old_channels), &cats));
+    channels.extend(reading(catalog.channels().iter().chain(old_channels), &cats));
 
     // A video's `video:categories` whose contents the batch knows is
     // patched; the rebuild's planner gives the other videos' sets, and
@@ -573,7 +573,7 @@ fn plan_scopes(
     // rayon pool (the engine's thread waits, off the async runtime). The
     // parts are joined in catalogue order.
     let chosen: Vec<&str> =
-        catalog.categories.iter().filter(|c| c.active && cats.contains(&c.id)).map(|c| c.id.as_str()).collect();
+        catalog.categories().iter().filter(|c| c.active && cats.contains(&c.id)).map(|c| c.id.as_str()).collect();
     let category = |id: &&str| {
         let mut part = ScopePlan::default();
         if whole.all || whole.cats.contains(*id) || !patch_category(state, ctx, id, deltas, &mut part) {
@@ -584,7 +584,7 @@ fn plan_scopes(
     let mut out = ScopePlan::join(chosen.par_iter().map(category).collect());
     if ctx.families.contains(FamilyId::VideoTagList) {
         let chosen: Vec<(&crate::model::decode::Tag, Option<Sym>)> = catalog
-            .tags
+            .tags()
             .iter()
             .filter(|t| t.active && tags.contains(&t.id))
             .filter_map(|t| catalog.active_category(&t.category_id).map(|owner| (t, state.syms.get(&owner.id))))
@@ -785,7 +785,7 @@ fn visit(state: &State, catalog: &Catalog, sel: &Selection, f: &mut dyn FnMut(Me
             distinct(v.cats.iter().copied()).into_iter().map(|c| catalog.active_category_index(state.name(c)));
         let tag_refs = distinct(v.tags.iter().copied()).into_iter().map(|t| {
             let tag = catalog.active_tag_index(state.name(t));
-            tag.map(|i| (i, catalog.tag_category_index(i).filter(|&c| catalog.categories[c].active)))
+            tag.map(|i| (i, catalog.tag_category_index(i).filter(|&c| catalog.categories()[c].active)))
         });
         resolve(cat_refs, tag_refs, &mut refs, &mut cats, &mut tags);
         f(Member { id: w, added_ms: v.added_ms, cats: &cats, tags: &tags });

@@ -418,10 +418,10 @@ impl State {
         state.derived = Derived::new(&state.catalog, &mut RefReport::default());
         // The ids videos reference, nearly all: interned up front so that
         // the load looks them up in parallel.
-        for c in &state.catalog.categories {
+        for c in state.catalog.categories() {
             state.syms.intern(&c.id);
         }
-        for t in &state.catalog.tags {
+        for t in state.catalog.tags() {
             state.syms.intern(&t.id);
         }
         state
@@ -611,7 +611,7 @@ impl State {
                 }
                 (FamilyId::VideoTagList, [cat, tag]) => catalog
                     .active_tag_index(tag)
-                    .filter(|&t| catalog.tags[t].category_id == *cat)
+                    .filter(|&t| catalog.tags()[t].category_id == *cat)
                     .and_then(|_| catalog.active_category(cat))
                     .map(|_| {
                         let owner = self.syms.get(cat);

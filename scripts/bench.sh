@@ -160,20 +160,8 @@ for name in ["idle", "busy"]:
     f = f"{out}/reader-{name}.txt"
     label = "idle" if name == "idle" else "during warm rebuild"
     print(f"reader GET {label:20} p99 {reader(f, 99)} ms, p99.9 {reader(f, 99.9)} ms")
-wb = json.load(open(f"{out}/watch.json"))
-print(f"watcher, {wb['mix']} mix, {wb['rate_per_s']} changes/s for {wb['updates_sent']} changes, window {wb['window_ms']} ms:")
-print(f"  event-to-Redis latency       p50 {wb['latency_p50_ms']:.0f} ms, p99 {wb['latency_p99_ms']:.0f} ms")
-print(f"  beyond the window            p50 {wb['beyond_window_p50_ms']:.0f} ms, p99 {wb['beyond_window_p99_ms']:.0f} ms")
-print(f"  MongoDB's delivery           p50 {wb['delivery_p50_ms']:.0f} ms, p99 {wb['delivery_p99_ms']:.0f} ms")
-# The sustained rate is bounded by how fast MongoDB takes the changes;
-# the drained one is the watcher's own (a backlog held back from it).
-print(f"  sustained                    {wb['sustained_per_s']:.0f} changes/s ({wb['sustained_updates']} in {wb['sustained_seconds']:.2f} s; "
-      f"MongoDB took them in {wb['sent_seconds']:.1f} s)")
-d = wb.get('drain')
-if d:
-    print(f"  drained                      {d['per_s']:.0f} changes/s ({d['changes']} in {d['seconds']:.2f} s)")
-print(f"  visited per change           {wb['visited_per_change']:.1f} videos; peak RSS {wb['peak_rss_mib']:.0f} MiB")
 print("keys per family:")
 for fam, n in sorted(p["keys_per_family"].items()):
     print(f"  {fam:26} {n:9}")
 PY
+python3 "$ROOT/scripts/print_watch.py" "$OUT/watch.json" "$VIDEOS" "$SETUP"

@@ -2,6 +2,7 @@
 //! JavaScript reader would get from the document.
 
 use super::json::{self, ObjectWriter};
+use super::plain::{self, Val};
 use base64::Engine;
 use mongodb::bson::{RawArray, RawBsonRef, RawDocument, raw::Error as RawError};
 
@@ -42,6 +43,51 @@ pub fn check_value(value: RawBsonRef<'_>) -> Result<(), RawError> {
         RawBsonRef::Document(doc) => doc.into_iter().try_for_each(|element| check_value(element?.1)),
         RawBsonRef::Array(arr) => arr.into_iter().try_for_each(|value| check_value(value?)),
         _ => Ok(()),
+    }
+}
+
+/// [`write_value`] of a value as a plain walk gives it: an array is
+/// walked the plain way too, and through the library when that walk
+/// stops (what it wrote is taken back first).
+pub fn write_val(out: &mut String, value: Val<'_>, lossy: &mut Lossy) -> Result<(), RawError> {
+    let items = match value {
+        Val::Bson(value) => return write_value(out, value, lossy),
+        Val::Array(items) => items,
+    };
+    let (start, counted) = (out.len(), *lossy);
+    out.push('[');
+    let mut first = true;
+    let whole = plain::each_element(items, |_, item| {
+        if !std::mem::take(&mut first) {
+            out.push(',');
+        }
+        write_val(out, item, lossy)
+    })?;
+    if whole {
+        out.push(']');
+        return Ok(());
+    }
+    out.truncate(start);
+    *lossy = counted;
+    out.push('[');
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_value(out, item?.1, lossy)?;
+    }
+    out.push(']');
+    Ok(())
+}
+
+/// [`check_value`] of a value as a plain walk gives it.
+pub fn check_val(value: Val<'_>) -> Result<(), RawError> {
+    match value {
+        Val::Bson(value) => check_value(value),
+        Val::Array(items) => match plain::each_element(items, |_, item| check_val(item))? {
+            true => Ok(()),
+            false => items.into_iter().try_for_each(|item| check_value(item?.1)),
+        },
     }
 }
 

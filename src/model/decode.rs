@@ -4,8 +4,9 @@
 use super::bson_json::{self, Lossy};
 use super::id::{IdValue, read_id};
 use super::num::{self, Num};
+use super::plain::{self, Val};
 use super::report::{CollectionReport, Reason, RefReport, Rejection};
-use mongodb::bson::{RawBsonRef, RawDocument, raw::RawElement};
+use mongodb::bson::{RawBsonRef, RawDocument};
 use rustc_hash::FxHashSet as HashSet;
 
 /// An element of a channel's `categories` or `tags`, reduced to `id` and
@@ -69,26 +70,15 @@ pub fn doc_id(doc: &RawDocument) -> Result<String, Rejection> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Malformed;
 
-/// Where a named field is looked up. Both answer as [`RawDocument::get`]
-/// does: the first element of that name, or an error when the BSON is
-/// malformed up to it (or at its value).
-pub trait Lookup {
-    fn lookup(&self, name: &str) -> Result<Option<RawBsonRef<'_>>, Malformed>;
-}
-
-impl Lookup for RawDocument {
-    fn lookup(&self, name: &str) -> Result<Option<RawBsonRef<'_>>, Malformed> {
-        self.get(name).map_err(|_| Malformed)
-    }
-}
-
 /// A document's elements from one walk. A video is looked up four times
 /// and then rendered field by field; each `RawDocument::get` walks the
 /// document from its start, so the lookups and the loop answer from one
-/// walk instead (about 1.5% of a rebuild's CPU; reading the values, which
-/// the payload needs anyway, is most of the BSON time).
+/// walk instead (about 1.5% of a rebuild's CPU). The walk is the plain
+/// one ([`plain::each_element`]) where it takes the document, else the
+/// library's.
 pub struct Fields<'a> {
-    elements: Vec<RawElement<'a>>,
+    /// Each element's key and value, or whether its value is malformed.
+    elements: Vec<(&'a str, Result<Val<'a>, Malformed>)>,
     /// The walk stopped at malformed BSON after `elements`.
     malformed: bool,
 }
@@ -98,10 +88,18 @@ impl<'a> Fields<'a> {
         // A video carries about 50 fields (its provider's), so room for
         // 64 is allocated once; 32 grew on every video.
         let mut elements = Vec::with_capacity(64);
+        let plain = plain::each_element(doc, |key, value| {
+            elements.push((key, Ok(value)));
+            Ok::<_, std::convert::Infallible>(())
+        });
+        if plain == Ok(true) {
+            return Fields { elements, malformed: false };
+        }
+        elements.clear();
         let mut malformed = false;
         for element in doc.iter_elements() {
             match element {
-                Ok(element) => elements.push(element),
+                Ok(element) => elements.push((element.key(), element.value().map(Val::of).map_err(|_| Malformed))),
                 Err(_) => {
                     malformed = true;
                     break;
@@ -124,22 +122,22 @@ impl<'a> Fields<'a> {
     pub fn each<E>(
         &self,
         malformed: impl Fn() -> E,
-        mut visit: impl FnMut(&'a str, RawBsonRef<'a>) -> Result<(), E>,
+        mut visit: impl FnMut(&'a str, Val<'a>) -> Result<(), E>,
     ) -> Result<(), E> {
-        for element in &self.elements {
-            match element.value() {
-                Ok(value) => visit(element.key(), value)?,
+        for (key, value) in &self.elements {
+            match value {
+                Ok(value) => visit(key, *value)?,
                 Err(_) => return Err(malformed()),
             }
         }
         if self.malformed { Err(malformed()) } else { Ok(()) }
     }
-}
 
-impl Lookup for Fields<'_> {
-    fn lookup(&self, name: &str) -> Result<Option<RawBsonRef<'_>>, Malformed> {
-        match self.elements.iter().find(|e| e.key() == name) {
-            Some(element) => element.value().map(Some).map_err(|_| Malformed),
+    /// The first element named `name`, as [`RawDocument::get`] answers:
+    /// an error when the BSON is malformed up to it or at its value.
+    pub fn get(&self, name: &str) -> Result<Option<Val<'a>>, Malformed> {
+        match self.elements.iter().find(|(key, _)| *key == name) {
+            Some((_, value)) => value.map(Some),
             None if self.malformed => Err(Malformed),
             None => Ok(None),
         }
@@ -147,15 +145,15 @@ impl Lookup for Fields<'_> {
 }
 
 /// A field lookup that turns malformed BSON into a rejection.
-pub fn field<'a, D: Lookup + ?Sized>(doc: &'a D, id: &str, name: &str) -> Result<Option<RawBsonRef<'a>>, Rejection> {
-    match doc.lookup(name) {
+pub fn field<'a>(doc: &'a RawDocument, id: &str, name: &str) -> Result<Option<RawBsonRef<'a>>, Rejection> {
+    match doc.get(name).map_err(|_| Malformed) {
         Ok(Some(RawBsonRef::Null)) => Ok(None),
         Ok(value) => Ok(value),
         Err(_) => Err(Rejection { id: id.to_string(), reason: Reason::MalformedBson }),
     }
 }
 
-pub fn required_str<D: Lookup + ?Sized>(doc: &D, id: &str, name: &'static str) -> Result<String, Rejection> {
+pub fn required_str(doc: &RawDocument, id: &str, name: &'static str) -> Result<String, Rejection> {
     match field(doc, id, name)? {
         Some(RawBsonRef::String(s)) => Ok(s.to_string()),
         Some(_) => Err(Rejection { id: id.to_string(), reason: Reason::WrongType(name) }),
@@ -386,17 +384,19 @@ mod tests {
         });
         let names = ["_id", "title", "listStatus", "categoryIds", "addedTime", "nested", "n", "absent"];
         let bytes = base.as_bytes();
-        let (mut whole, mut cut) = (0, 0);
+        let (mut whole, mut cut, mut plain) = (0, 0, 0);
         for (at, byte, corrupt) in
             crate::model::corrupted(bytes, &[0x00, 0x01, 0x02, 0x03, 0x04, 0x10, 0x7f, 0xc0, 0xff])
         {
             let doc = RawDocument::from_bytes(&corrupt).unwrap();
             let fields = Fields::read(doc);
+            plain += usize::from(super::plain::each_element(doc, |_, _| Ok::<_, ()>(())) == Ok(true));
             for name in names {
-                let (walked, kept) = (doc.get(name).map_err(|_| Malformed), fields.lookup(name));
+                let walked = doc.get(name).map(|value| value.map(Val::of)).map_err(|_| Malformed);
+                let kept = fields.get(name);
                 assert_eq!(walked, kept, "{name} with byte {at} set to {byte:#x}");
             }
-            let mut walked = doc.iter().map(|e| e.map_err(|_| Malformed));
+            let mut walked = doc.iter().map(|e| e.map(|(key, value)| (key, Val::of(value))).map_err(|_| Malformed));
             let visited = fields.each(
                 || Malformed,
                 |key, value| {
@@ -412,8 +412,10 @@ mod tests {
                 whole += 1;
             }
         }
-        // Both kinds were met: documents that still walk, and broken ones.
+        // Both kinds were met: documents that still walk, and broken ones
+        // (which the library's walk judges); and the plain walk took many.
         assert!(whole > 100 && cut > 100, "{whole} whole, {cut} cut");
+        assert!(plain > 100, "{plain} walked the plain way of {whole} whole");
     }
 
     #[test]

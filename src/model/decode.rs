@@ -133,6 +133,20 @@ impl<'a> Fields<'a> {
         if self.malformed { Err(malformed()) } else { Ok(()) }
     }
 
+    /// [`field`] of these elements.
+    pub fn field(&self, id: &str, name: &str) -> Result<Option<Val<'a>>, Rejection> {
+        present(self.get(name), |value| matches!(value, Val::Bson(RawBsonRef::Null)), id)
+    }
+
+    /// [`required_str`] of these elements, without copying the text.
+    pub fn required_str(&self, id: &str, name: &'static str) -> Result<&'a str, Rejection> {
+        let found = self.field(id, name)?.map(|value| match value {
+            Val::Bson(RawBsonRef::String(s)) => Some(s),
+            _ => None,
+        });
+        required_text(found, id, name)
+    }
+
     /// The first element named `name`, as [`RawDocument::get`] answers:
     /// an error when the BSON is malformed up to it or at its value.
     pub fn get(&self, name: &str) -> Result<Option<Val<'a>>, Malformed> {
@@ -146,17 +160,37 @@ impl<'a> Fields<'a> {
 
 /// A field lookup that turns malformed BSON into a rejection.
 pub fn field<'a>(doc: &'a RawDocument, id: &str, name: &str) -> Result<Option<RawBsonRef<'a>>, Rejection> {
-    match doc.get(name).map_err(|_| Malformed) {
-        Ok(Some(RawBsonRef::Null)) => Ok(None),
+    present(doc.get(name).map_err(|_| Malformed), |value| matches!(value, RawBsonRef::Null), id)
+}
+
+/// A looked-up field as the decoders take it: null counts as absent, and
+/// BSON malformed up to it (or at its value) rejects the document.
+fn present<V>(
+    found: Result<Option<V>, Malformed>,
+    is_null: impl Fn(&V) -> bool,
+    id: &str,
+) -> Result<Option<V>, Rejection> {
+    match found {
+        Ok(Some(value)) if is_null(&value) => Ok(None),
         Ok(value) => Ok(value),
-        Err(_) => Err(Rejection { id: id.to_string(), reason: Reason::MalformedBson }),
+        Err(Malformed) => Err(Rejection { id: id.to_string(), reason: Reason::MalformedBson }),
     }
 }
 
 pub fn required_str(doc: &RawDocument, id: &str, name: &'static str) -> Result<String, Rejection> {
-    match field(doc, id, name)? {
-        Some(RawBsonRef::String(s)) => Ok(s.to_string()),
-        Some(_) => Err(Rejection { id: id.to_string(), reason: Reason::WrongType(name) }),
+    let found = field(doc, id, name)?.map(|value| match value {
+        RawBsonRef::String(s) => Some(s),
+        _ => None,
+    });
+    required_text(found, id, name).map(str::to_string)
+}
+
+/// The rule for a required string field, given what was found (`None`:
+/// absent or null; `Some(None)`: not a string).
+fn required_text<'a>(found: Option<Option<&'a str>>, id: &str, name: &'static str) -> Result<&'a str, Rejection> {
+    match found {
+        Some(Some(text)) => Ok(text),
+        Some(None) => Err(Rejection { id: id.to_string(), reason: Reason::WrongType(name) }),
         None => Err(Rejection { id: id.to_string(), reason: Reason::Missing(name) }),
     }
 }

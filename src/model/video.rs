@@ -33,6 +33,22 @@ pub struct VideoDoc {
     pub detail: Option<String>,
 }
 
+/// The usable ids of a reference array, and how many were not.
+#[derive(Default)]
+struct Kept {
+    ids: Vec<Wid>,
+    unusable: u64,
+}
+
+impl Kept {
+    fn keep(&mut self, id: Option<Wid>) {
+        match id {
+            Some(id) => self.ids.push(id),
+            None => self.unusable += 1,
+        }
+    }
+}
+
 /// Keeps the usable ids of a reference array; counts the rest. The
 /// array is walked the plain way, and through the library when that walk
 /// stops.
@@ -41,28 +57,20 @@ fn usable_ids(value: Val<'_>, site: &'static str, refs: &mut RefReport) -> Optio
         refs.unusable(site, 1);
         return None;
     };
-    let (mut ids, mut unusable) = (Vec::new(), 0);
-    let mut keep = |id: Option<Wid>| match id {
-        Some(id) => ids.push(id),
-        None => unusable += 1,
-    };
+    let mut kept = Kept::default();
     let whole = super::plain::each_element(items, |_, item| {
-        keep(item.bson().and_then(read_ref));
+        kept.keep(item.bson().and_then(read_ref));
         Ok::<_, std::convert::Infallible>(())
     });
     if whole != Ok(true) {
-        (ids, unusable) = (Vec::new(), 0);
-        let mut keep = |id: Option<Wid>| match id {
-            Some(id) => ids.push(id),
-            None => unusable += 1,
-        };
+        kept = Kept::default();
         // After a malformed element the library's walk ends.
         for item in items {
-            keep(item.ok().and_then(|(_, item)| read_ref(item)));
+            kept.keep(item.ok().and_then(|(_, item)| read_ref(item)));
         }
     }
-    refs.unusable(site, unusable);
-    Some(ids)
+    refs.unusable(site, kept.unusable);
+    Some(kept.ids)
 }
 
 /// Writes references as a JSON array of their texts.
@@ -93,17 +101,8 @@ pub fn decode_video(
     // does.
     let slim = if want_detail { None } else { super::plain::slim(doc.as_bytes(), |key| INDEX_FIELDS.contains(&key)) };
     let fields = Fields::read(slim.as_deref().unwrap_or(doc));
-    // A field: `None` when absent or null.
-    let field = |name: &str| match fields.get(name) {
-        Ok(Some(Val::Bson(RawBsonRef::Null))) => Ok(None),
-        Ok(value) => Ok(value),
-        Err(_) => Err(malformed(&id)),
-    };
-    match field("title")? {
-        Some(Val::Bson(RawBsonRef::String(_))) => {}
-        Some(_) => return Err(Rejection { id, reason: Reason::WrongType("title") }),
-        None => return Err(Rejection { id, reason: Reason::Missing("title") }),
-    }
+    let field = |name: &str| fields.field(&id, name);
+    fields.required_str(&id, "title")?;
     let active = num::is_one(field("listStatus")?.and_then(Val::bson));
     let added_ms = match field("addedTime")? {
         Some(Val::Bson(RawBsonRef::DateTime(dt))) => dt.timestamp_millis(),

@@ -189,6 +189,13 @@ impl Catalog {
     pub fn tag_category_index(&self, t: usize) -> Option<usize> {
         self.tag_category[t].map(|c| c as usize)
     }
+
+    /// Where tag `t`'s category is when that category is active: what
+    /// [`Catalog::active_category_index`] gives for its `categoryId`,
+    /// without hashing the id again.
+    pub fn tag_active_category_index(&self, t: usize) -> Option<usize> {
+        self.tag_category_index(t).filter(|&c| self.categories[c].active)
+    }
 }
 
 /// Swaps each entity into its place; gives the replaced ones by place.

@@ -203,6 +203,15 @@ impl Syms {
     pub fn name(&self, sym: Sym) -> &str {
         &self.names[sym as usize]
     }
+
+    /// How many symbols there are: each is below it.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
 }
 
 #[cfg(test)]

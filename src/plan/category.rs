@@ -44,7 +44,7 @@ impl Derived {
 
         let mut tags_of = vec![Vec::new(); cats.len()];
         for &t in &active_tags {
-            match catalog.active_category_index(&tags[t].category_id) {
+            match catalog.tag_active_category_index(t) {
                 Some(c) => tags_of[c].push(t),
                 None => refs.dangling(SITE_TAG_CATEGORY, 1),
             }
@@ -78,7 +78,7 @@ impl Derived {
         let changed_tags: BTreeSet<usize> = tag_ids.iter().filter_map(|id| catalog.tag_index(id)).collect();
         let mut changed_cats: BTreeSet<usize> =
             category_ids.iter().filter_map(|id| catalog.category_index(id)).collect();
-        changed_cats.extend(changed_tags.iter().filter_map(|&t| catalog.category_index(&tags[t].category_id)));
+        changed_cats.extend(changed_tags.iter().filter_map(|&t| catalog.tag_category_index(t)));
         reorder(
             &mut self.active_tags,
             &changed_tags,
@@ -102,7 +102,7 @@ impl Derived {
             changed_cats.iter().filter(|&&c| cats[c].active).map(|&c| (c, Vec::new())).collect();
         if !owned.is_empty() {
             for &t in &self.active_tags {
-                if let Some(own) = catalog.active_category_index(&tags[t].category_id).and_then(|c| owned.get_mut(&c)) {
+                if let Some(own) = catalog.tag_active_category_index(t).and_then(|c| owned.get_mut(&c)) {
                     own.push(t);
                 }
             }

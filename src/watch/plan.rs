@@ -14,12 +14,13 @@ use super::index_fields::DetailFields;
 use super::state::{Applied, Held, Record, Scopes, State};
 use crate::model::catalog::Catalog;
 use crate::model::compact::{Sym, Wid, WidRef};
+use crate::model::decode::Tag;
 use crate::model::report::RefReport;
 use crate::plan::patch::{Edit, Patch};
 use crate::plan::video::{Member, Selection, distinct, plan_selected, resolve};
 use crate::plan::{self, Change, Op, PlanCtx, Value};
 use crate::registry::FamilyId;
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// What Redis holds of the touched videos: the categories their
@@ -240,7 +241,7 @@ fn plan_scoped(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCt
     // A category that turned (in)active changes its own index keys, its
     // tags' lists, and the category set of every video referencing it.
     cats.extend(flipped.iter().cloned());
-    for tag in catalog.tags().iter().filter(|t| flipped.contains(&t.category_id)) {
+    for tag in tags_of_categories(catalog, &flipped) {
         tags.insert(tag.id.clone());
         whole_tags.insert(tag.id.clone());
     }
@@ -307,8 +308,8 @@ fn plan_scoped(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCt
     let listed: Vec<&String> = videos.iter().collect();
     let found: Vec<Option<Patch>> = {
         use rayon::prelude::*;
-        let flips = (&flipped, &sure_flips);
-        let patch = |w: &&String| categories_patch(state, applied, redis, ctx, flips, w);
+        let flips = Flips::new(state, &flipped, &sure_flips);
+        let patch = |w: &&String| categories_patch(state, applied, redis, ctx, &flips, w);
         listed.par_iter().with_min_len(PATCH_CHUNK).map(patch).collect()
     };
     for (w, patch) in listed.into_iter().zip(found) {
@@ -447,11 +448,55 @@ fn reading<'a>(
     channels.into_iter().filter(reads).map(|ch| ch.id.clone()).collect()
 }
 
+/// The tags whose `categoryId` is one of `ids`: by the category's place,
+/// kept per tag ([`Catalog::tag_category_index`]), instead of comparing
+/// every tag's id text with each of `ids`; by text only for a tag whose
+/// category is not in the catalogue (one the batch deleted, say).
+fn tags_of_categories<'a>(catalog: &'a Catalog, ids: &BTreeSet<String>) -> impl Iterator<Item = &'a Tag> {
+    let places: FxHashSet<usize> = ids.iter().filter_map(|id| catalog.category_index(id)).collect();
+    let gone: Vec<&String> = ids.iter().filter(|id| catalog.category_index(id).is_none()).collect();
+    let named = move |(t, tag): &(usize, &Tag)| match catalog.tag_category_index(*t) {
+        Some(c) => places.contains(&c),
+        None => gone.contains(&&tag.category_id),
+    };
+    catalog.tags().iter().enumerate().filter(named).map(|(_, tag)| tag)
+}
+
 /// Whether the cache is known to hold what the state says of video `w`
 /// before the batch: not while the state may be ahead of the cache, nor
 /// for a video an earlier batch may have left half-written.
 fn trusted(state: &State, w: &str) -> bool {
     !(state.catching_up || state.replayed || state.dirty.videos.contains(w))
+}
+
+/// What [`categories_patch`] asks of every member of a flipped category,
+/// by symbol: which categories are active now, which the batch flipped,
+/// and which of those flips are sure. Read once per batch, so that a
+/// member costs array reads instead of a name and an id lookup per
+/// category it references (thousands of members a flip at 2M videos).
+struct Flips {
+    /// Per symbol: what `catalog.active_category(name)` says of its name.
+    active: Vec<bool>,
+    /// Per symbol: flipped (`Some`), and whether surely (`Some(true)`).
+    flipped: FxHashMap<Sym, bool>,
+}
+
+impl Flips {
+    fn new(state: &State, flipped: &BTreeSet<String>, sure: &HashSet<String>) -> Flips {
+        let mut active = vec![false; state.syms.len()];
+        for c in state.catalog.categories() {
+            if let Some(sym) = state.syms.get(&c.id) {
+                active[sym as usize] = state.catalog.active_category(&c.id).is_some();
+            }
+        }
+        // A name no video references has no symbol, and no member to patch.
+        let flipped = flipped.iter().filter_map(|c| state.syms.get(c).map(|sym| (sym, sure.contains(c)))).collect();
+        Flips { active, flipped }
+    }
+
+    fn active(&self, sym: Sym) -> bool {
+        self.active.get(sym as usize).copied().unwrap_or(false)
+    }
 }
 
 /// The `video:categories` patch of video `w` (`SADD` of the categories
@@ -469,42 +514,56 @@ fn categories_patch(
     applied: &Applied,
     redis: &RedisView,
     ctx: &PlanCtx,
-    (flipped, sure): (&BTreeSet<String>, &HashSet<String>),
+    flips: &Flips,
     w: &str,
 ) -> Option<Patch> {
     if !ctx.families.contains(FamilyId::VideoCategories) || !trusted(state, w) {
         return None;
     }
-    let video = state.effective(w)?;
+    let cats = state.effective_categories(w)?;
     let key = ctx.keys.key(FamilyId::VideoCategories, &[w]);
     if state.deferred.contains(&key.text) {
         return None;
     }
-    let now = state.active_categories(&state.catalog, video);
-    let old: BTreeSet<String> = match applied.videos.contains_key(w) {
-        true => redis.categories.get(w).cloned().unwrap_or_default(),
+    // Distinct symbols are distinct ids (one symbol a name).
+    let refs = distinct(cats.iter().copied());
+    let now: Vec<Sym> = refs.iter().copied().filter(|&c| flips.active(c)).collect();
+    let name = |c: &Sym| state.name(*c);
+    let (before, joins, leaves): (usize, Vec<&str>, Vec<&str>) = match applied.videos.contains_key(w) {
+        true => {
+            let old = redis.categories.get(w);
+            let held = |c: &str| old.is_some_and(|old| old.contains(c));
+            let now: Vec<&str> = now.iter().map(name).collect();
+            let leaves = old.into_iter().flatten().map(String::as_str).filter(|c| !now.contains(c)).collect();
+            let joins = now.into_iter().filter(|c| !held(c)).collect();
+            (old.map_or(0, BTreeSet::len), joins, leaves)
+        }
         false => {
-            let mut old = BTreeSet::new();
-            for c in distinct(video.cats.iter().copied()).into_iter().map(|s| state.name(s)) {
-                let active = state.catalog.active_category(c).is_some();
-                let was = match flipped.contains(c) {
-                    true if sure.contains(c) => !active,
-                    true => return None,
-                    false => active,
+            let mut was = Vec::new();
+            for &c in &refs {
+                let active = flips.active(c);
+                let before = match flips.flipped.get(&c) {
+                    Some(true) => !active,
+                    Some(false) => return None,
+                    None => active,
                 };
-                if was {
-                    old.insert(c.to_string());
+                if before {
+                    was.push(c);
                 }
             }
-            old
+            let joins = now.iter().filter(|c| !was.contains(c)).map(name).collect();
+            // Leaves in the order of the ids, as the set's members sort.
+            let mut leaves: Vec<&str> = was.iter().filter(|c| !now.contains(c)).map(name).collect();
+            leaves.sort_unstable();
+            (was.len(), joins, leaves)
         }
     };
-    if old.is_empty() && now.is_empty() {
+    if before == 0 && now.is_empty() {
         return None;
     }
-    let joins = now.iter().filter(|c| !old.contains(*c)).map(|c| Edit::SAdd(c.clone()));
-    let leaves = old.iter().filter(|c| !now.contains(c)).map(|c| Edit::SRem(c.clone()));
-    Some(Patch::new(key, old.len(), joins.chain(leaves).collect(), 0))
+    let joins = joins.into_iter().map(|c| Edit::SAdd(c.to_string()));
+    let leaves = leaves.into_iter().map(|c| Edit::SRem(c.to_string()));
+    Some(Patch::new(key, before, joins.chain(leaves).collect(), 0))
 }
 
 /// Puts the `video:categories` patches one flip makes together, so that
@@ -828,6 +887,48 @@ mod tests {
         group_flips(&mut patches);
         let order: Vec<&str> = patches.iter().map(|p| p.key.text.rsplit(':').next().unwrap()).collect();
         assert_eq!(order, ["v4", "v3", "v6", "v1", "v5", "v2"]);
+    }
+
+    /// A flipped category's tags are found by place, and those of a
+    /// category no longer in the catalogue by text, exactly as comparing
+    /// every tag's `categoryId` with the flipped ids finds them.
+    #[test]
+    fn the_tags_of_flipped_categories_are_those_naming_them() {
+        use mongodb::bson::{doc, rawdoc};
+        let hex = |n: u8| format!("{:024x}", n);
+        let categories: Vec<_> = ["c1".to_string(), "c2".to_string(), hex(0xab), "c1".to_string()]
+            .iter()
+            .map(|id| {
+                mongodb::bson::RawDocumentBuf::from_document(&doc! {"_id": id, "name": "n", "seq": 1, "status": 1})
+                    .unwrap()
+            })
+            .collect();
+        // Owners: present, repeated, hex, a capitalised hex (another id),
+        // and ids no category has (gone, or never there).
+        let owners = ["c1", "c2", &hex(0xab), &hex(0xab).to_uppercase(), "gone", "never", "c1", "gone"];
+        let tags: Vec<_> = owners
+            .iter()
+            .enumerate()
+            .map(|(t, owner)| {
+                let tag = doc! {"_id": format!("t{t}"), "name": "n", "seq": 1, "status": 1, "categoryId": *owner};
+                mongodb::bson::RawDocumentBuf::from_document(&tag).unwrap()
+            })
+            .collect();
+        let channels = [rawdoc! {"_id": "ch", "name": "n"}];
+        let names = crate::config::Config::from_raw(crate::config::RawConfig::default()).unwrap().collections;
+        let (catalog, _, _) = crate::plan::decode::decode_catalog(&names, &channels, &categories, &tags);
+        let subsets: [&[&str]; 6] =
+            [&[], &["c1"], &["c2", "gone"], &[&hex(0xab)], &["gone", "never", "nothing"], &["c1", "c2"]];
+        for ids in subsets {
+            let ids: BTreeSet<String> = ids.iter().map(|s| s.to_string()).collect();
+            let by_place: Vec<&str> = tags_of_categories(&catalog, &ids).map(|t| t.id.as_str()).collect();
+            let by_text: Vec<&str> =
+                catalog.tags().iter().filter(|t| ids.contains(&t.category_id)).map(|t| t.id.as_str()).collect();
+            assert_eq!(by_place, by_text, "flipped {ids:?}");
+        }
+        let ids: BTreeSet<String> = ["c2", "gone"].iter().map(|s| s.to_string()).collect();
+        let found: Vec<&str> = tags_of_categories(&catalog, &ids).map(|t| t.id.as_str()).collect();
+        assert_eq!(found, ["t1", "t4", "t7"]);
     }
 
     /// A value's digest frames each piece with its length and its type,

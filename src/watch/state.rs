@@ -285,6 +285,11 @@ pub struct Record {
 /// category and tag references as stored.
 pub type IndexView = (i64, Box<[Sym]>, Box<[Sym]>);
 
+/// What the index families read of a video.
+fn view(v: Video<'_>) -> IndexView {
+    (v.added_ms, v.cats.into(), v.tags.into())
+}
+
 pub struct State {
     pub names: Collections,
     pub catalog_docs: [IndexMap<IdKey, RawDocumentBuf>; 3],
@@ -546,7 +551,11 @@ impl State {
     }
 
     pub fn effective_of(&self, written: &Wid) -> Option<Video<'_>> {
-        let h = self.effective_handle(written)?;
+        self.video_at(self.effective_handle(written)?)
+    }
+
+    /// The video of document `h`.
+    fn video_at(&self, h: Handle) -> Option<Video<'_>> {
         let doc = self.videos.doc(h)?;
         Some(Video {
             added_ms: doc.added_ms,
@@ -554,6 +563,13 @@ impl State {
             tags: doc.tags,
             detail: self.details.get(&h).map(String::as_str),
         })
+    }
+
+    /// The categories [`State::effective`] gives, without looking up
+    /// the detail payload (a flip reads thousands of members' categories).
+    pub fn effective_categories(&self, written: &str) -> Option<&[Sym]> {
+        let h = self.effective_handle(&Wid::new(written))?;
+        self.videos.doc(h).map(|doc| doc.cats)
     }
 
     /// The document that makes a written id's video: its owner, when
@@ -585,7 +601,7 @@ impl State {
     }
 
     fn view_of(&self, written: &Wid) -> Option<IndexView> {
-        self.effective_of(written).map(|v| (v.added_ms, v.cats.into(), v.tags.into()))
+        self.effective_of(written).map(view)
     }
 
     /// A reference's text.
@@ -778,9 +794,13 @@ impl State {
         if let Some(w) = written_of(raw_id) {
             applied.old_owners.entry(w.clone()).or_insert_with(|| self.videos.carriers(w.as_ref()));
             if let std::collections::btree_map::Entry::Vacant(entry) = applied.videos.entry(w.text()) {
-                let cats = self.effective_of(&w).map(|v| self.active_categories(&self.catalog, v)).unwrap_or_default();
-                entry.insert((self.view_of(&w), cats));
-                if let Some(h) = self.effective_handle(&w) {
+                // One lookup of the written id for the view, the
+                // categories and the members (three before).
+                let h = self.effective_handle(&w);
+                let video = h.and_then(|h| self.video_at(h));
+                let cats = video.map(|v| self.active_categories(&self.catalog, v)).unwrap_or_default();
+                entry.insert((video.map(view), cats));
+                if let Some(h) = h {
                     self.members.remove(&self.videos, h);
                 }
             }

@@ -453,8 +453,13 @@ fn reading<'a>(
 /// every tag's id text with each of `ids`; by text only for a tag whose
 /// category is not in the catalogue (one the batch deleted, say).
 fn tags_of_categories<'a>(catalog: &'a Catalog, ids: &BTreeSet<String>) -> impl Iterator<Item = &'a Tag> {
-    let places: FxHashSet<usize> = ids.iter().filter_map(|id| catalog.category_index(id)).collect();
-    let gone: Vec<&String> = ids.iter().filter(|id| catalog.category_index(id).is_none()).collect();
+    let (mut places, mut gone) = (FxHashSet::default(), Vec::new());
+    for id in ids {
+        match catalog.category_index(id) {
+            Some(at) => drop(places.insert(at)),
+            None => gone.push(id),
+        }
+    }
     let named = move |(t, tag): &(usize, &Tag)| match catalog.tag_category_index(*t) {
         Some(c) => places.contains(&c),
         None => gone.contains(&&tag.category_id),
@@ -471,31 +476,42 @@ fn trusted(state: &State, w: &str) -> bool {
 
 /// What [`categories_patch`] asks of every member of a flipped category,
 /// by symbol: which categories are active now, which the batch flipped,
-/// and which of those flips are sure. Read once per batch, so that a
-/// member costs array reads instead of a name and an id lookup per
-/// category it references (thousands of members a flip at 2M videos).
-struct Flips {
+/// and which of those flips are sure. With a flip, the first is read
+/// once for the batch into a table by symbol, so that a member costs
+/// array reads instead of a name and an id lookup per category it
+/// references (thousands of members a flip at 2M videos); without one
+/// (a batch of a few touched videos) the table would cost more than it
+/// saves, and each answer is looked up.
+struct Flips<'s> {
+    state: &'s State,
     /// Per symbol: what `catalog.active_category(name)` says of its name.
-    active: Vec<bool>,
+    active: Option<Vec<bool>>,
     /// Per symbol: flipped (`Some`), and whether surely (`Some(true)`).
     flipped: FxHashMap<Sym, bool>,
 }
 
-impl Flips {
-    fn new(state: &State, flipped: &BTreeSet<String>, sure: &HashSet<String>) -> Flips {
-        let mut active = vec![false; state.syms.len()];
-        for c in state.catalog.categories() {
-            if let Some(sym) = state.syms.get(&c.id) {
-                active[sym as usize] = state.catalog.active_category(&c.id).is_some();
-            }
-        }
+impl<'s> Flips<'s> {
+    fn new(state: &'s State, flipped: &BTreeSet<String>, sure: &HashSet<String>) -> Flips<'s> {
         // A name no video references has no symbol, and no member to patch.
-        let flipped = flipped.iter().filter_map(|c| state.syms.get(c).map(|sym| (sym, sure.contains(c)))).collect();
-        Flips { active, flipped }
+        let flipped: FxHashMap<Sym, bool> =
+            flipped.iter().filter_map(|c| state.syms.get(c).map(|sym| (sym, sure.contains(c)))).collect();
+        let active = (!flipped.is_empty()).then(|| {
+            let mut active = vec![false; state.syms.len()];
+            for c in state.catalog.categories() {
+                if let Some(sym) = state.syms.get(&c.id) {
+                    active[sym as usize] = state.catalog.active_category(&c.id).is_some();
+                }
+            }
+            active
+        });
+        Flips { state, active, flipped }
     }
 
     fn active(&self, sym: Sym) -> bool {
-        self.active.get(sym as usize).copied().unwrap_or(false)
+        match &self.active {
+            Some(active) => active.get(sym as usize).copied().unwrap_or(false),
+            None => self.state.catalog.active_category(self.state.name(sym)).is_some(),
+        }
     }
 }
 

@@ -345,7 +345,7 @@ fn run_with(initial: Vec<Step>, steps: Vec<Step>, patch_step: Option<usize>) -> 
         let budget = TxBudget { max_keys: 3, max_cost: 4_000 };
         let mut units = 0usize;
         let limit = fail.unwrap_or(usize::MAX);
-        'steps: for step in protocol::steps(&plan, budget, state.catching_up) {
+        'steps: for step in protocol::steps(&plan, budget, state.clears_pending(&applied)) {
             match step {
                 WriteStep::Pending(members) => {
                     if units >= limit {

@@ -258,7 +258,7 @@ impl Engine<'_> {
             }
         };
         let written = async {
-            for step in super::protocol::steps(&plan, budget, state.catching_up) {
+            for step in super::protocol::steps(&plan, budget, state.clears_pending(&applied)) {
                 match step {
                     Step::Pending(members) => self.sink.add_pending(self.status, &members).await?,
                     Step::Runs(runs) => self.apply_runs(runs).await?,
@@ -303,10 +303,12 @@ impl Engine<'_> {
     /// One round of the drift check (see [`super::drift`]): draws keys,
     /// compares them with Redis, and rewrites those that differ through
     /// the fenced writer. Runs only between batches, and not while the
-    /// state is ahead of the cache (catching up) or a failed batch's
-    /// scopes are pending or keys deferred.
+    /// state is ahead of the cache (catching up), a failed batch's
+    /// scopes are pending or its documents not saved again, or keys are
+    /// deferred.
     async fn check_drift(&self, state: &mut State, drift: &mut Drift) -> Result<(), WatchError> {
-        if state.catching_up || !state.dirty.is_empty() || !state.deferred.is_empty() || !self.metrics.is_streaming() {
+        let unsettled = state.catching_up || !state.dirty.is_empty() || state.awaits_replay();
+        if unsettled || !state.deferred.is_empty() || !self.metrics.is_streaming() {
             return Ok(());
         }
         let n = drift.due();

@@ -10,7 +10,8 @@
 //!    step.
 //! 3. The touched videos' own keys follow, every run but the last.
 //! 4. The last run of those carries the resume tokens (and clears
-//!    `cdc:pending` once the streams have caught up with a load): once
+//!    `cdc:pending` once the streams have caught up with a load and no
+//!    failed batch's document waits to be saved again): once
 //!    it lands, the batch is saved. It holds no patch (`video:categories`
 //!    patched in place): a patch's guard may refuse it.
 
@@ -30,8 +31,9 @@ pub enum Step<'p> {
 }
 
 /// The steps of writing `plan`, in order, each transaction within
-/// `budget`. The tokens step always comes last, even with no change.
-pub fn steps(plan: &BatchPlan, budget: TxBudget, catching_up: bool) -> Vec<Step<'_>> {
+/// `budget`. The tokens step always comes last, even with no change;
+/// it empties `cdc:pending` when `clear` (see `State::clears_pending`).
+pub fn steps(plan: &BatchPlan, budget: TxBudget, clear: bool) -> Vec<Step<'_>> {
     let mut out = Vec::new();
     if !plan.changes.is_empty() {
         out.push(Step::Pending(plan.record.scopes.to_members()));
@@ -54,7 +56,7 @@ pub fn steps(plan: &BatchPlan, budget: TxBudget, catching_up: bool) -> Vec<Step<
     if !runs.is_empty() {
         out.push(Step::Runs(runs));
     }
-    out.push(Step::Tokens { changes: with_tokens, clear: !catching_up });
+    out.push(Step::Tokens { changes: with_tokens, clear });
     out
 }
 
@@ -77,7 +79,7 @@ mod tests {
         plan.changes = (0..5).map(|i| put(&keys, FamilyId::CategoryVideoCount, &format!("c{i}"))).collect();
         plan.last = (0..3).map(|i| put(&keys, FamilyId::VideoDetail, &format!("v{i}"))).collect();
         let budget = TxBudget { max_keys: 2, max_cost: usize::MAX };
-        let steps = steps(&plan, budget, false);
+        let steps = steps(&plan, budget, true);
         assert_eq!(steps[0], Step::Pending(vec!["c:c1".to_string()]));
         assert!(matches!(&steps[1], Step::Runs(runs) if runs.len() == 3));
         assert!(matches!(&steps[2], Step::Runs(runs) if runs.len() == 1 && runs[0].len() == 2));
@@ -132,7 +134,7 @@ mod tests {
     #[test]
     fn a_batch_without_scope_changes_records_nothing_pending_and_still_saves_its_tokens() {
         let plan = BatchPlan::default();
-        let steps = steps(&plan, TxBudget { max_keys: 10, max_cost: 100 }, true);
+        let steps = steps(&plan, TxBudget { max_keys: 10, max_cost: 100 }, false);
         assert_eq!(steps, vec![Step::Tokens { changes: &[], clear: false }]);
     }
 }

@@ -322,6 +322,15 @@ pub struct State {
     /// recomputes them whole. Mirrored in Redis (`cdc:pending`) so that a
     /// restart knows them too.
     pub dirty: Scopes,
+    /// Documents (collection, id) a failed batch changed that no batch
+    /// has saved since. The failed batch may have left keys of theirs in
+    /// Redis newer than this state, a video's detail above all; the
+    /// detail is what a replay after a restart reads to find the tag
+    /// lists a video was indexed under. Until their events are saved
+    /// again, `dirty` and `cdc:pending` keep the failed batch's scopes:
+    /// a batch that only saved the events before them (the streams cut
+    /// it shorter after the reopen) must not clear them.
+    unsaved: BTreeSet<(Coll, String)>,
     /// Keys a batch could not write because no live master covered their
     /// slot (see [`super::deferred`]). Mirrored in Redis (`cdc:deferred`).
     pub deferred: BTreeSet<String>,
@@ -387,6 +396,28 @@ impl Applied {
         }
         self.rejected.extend(later.rejected);
     }
+
+    /// The documents the batch changed, by collection and id.
+    fn documents(&self) -> impl Iterator<Item = (Coll, String)> + '_ {
+        fn ids(coll: Coll, set: &BTreeSet<String>) -> impl Iterator<Item = (Coll, String)> + '_ {
+            set.iter().map(move |id| (coll, id.clone()))
+        }
+        let videos = self.videos.keys().map(|w| (Coll::Video, w.clone()));
+        videos
+            .chain(ids(Coll::Channel, &self.channels))
+            .chain(ids(Coll::Category, &self.categories))
+            .chain(ids(Coll::Tag, &self.tags))
+    }
+
+    /// Whether the batch changed this document.
+    fn changed(&self, (coll, id): &(Coll, String)) -> bool {
+        match coll {
+            Coll::Video => self.videos.contains_key(id),
+            Coll::Channel => self.channels.contains(id),
+            Coll::Category => self.categories.contains(id),
+            Coll::Tag => self.tags.contains(id),
+        }
+    }
 }
 
 impl State {
@@ -415,6 +446,7 @@ impl State {
             existing: Existing::default(),
             members: Members::default(),
             dirty: Scopes::default(),
+            unsaved: BTreeSet::new(),
             deferred: BTreeSet::new(),
             catching_up: true,
             replayed: true,
@@ -815,6 +847,7 @@ impl State {
     pub fn abort(&mut self, applied: Applied, keys: &Keys, record: &Record) {
         let (written, deleted) = (&record.written, &record.deleted);
         self.catalog_unsure |= applied.before.is_some();
+        self.unsaved.extend(applied.documents());
         self.undo(applied);
         self.dirty.extend(&record.scopes);
         for key in written.iter().map(|(k, _)| k).chain(deleted) {
@@ -859,14 +892,32 @@ impl State {
         }
     }
 
+    /// Whether a failed batch's documents wait for their events to be
+    /// saved again: the cache may hold writes of theirs the state lacks.
+    pub fn awaits_replay(&self) -> bool {
+        !self.unsaved.is_empty()
+    }
+
+    /// Whether saving `applied` ends what earlier batches left pending:
+    /// not while the streams catch up with a load, nor while a failed
+    /// batch's documents remain unsaved after this one.
+    pub fn clears_pending(&self, applied: &Applied) -> bool {
+        if self.catching_up {
+            return false;
+        }
+        self.unsaved.iter().all(|doc| applied.changed(doc))
+    }
+
     /// Keeps a batch whose writes are in Redis: records the keys it wrote
     /// and deleted, and drops the detail payloads it no longer needs.
     pub fn commit(&mut self, applied: Applied, keys: &Keys, record: &Record) {
         let (written, deleted) = (&record.written, &record.deleted);
         self.catalog_unsure &= !record.whole_catalog;
+        let clear = self.clears_pending(&applied);
+        self.unsaved.retain(|doc| !applied.changed(doc));
         if self.catching_up {
             self.dirty.extend(&record.scopes);
-        } else {
+        } else if clear {
             self.dirty = Scopes::default();
         }
         for key in deleted {
@@ -1034,6 +1085,49 @@ mod tests {
             assert_eq!(seen(&state, w), seen(&other, w), "{w}");
         }
         assert!(seen(&other, "fresh").is_some_and(|(_, _, _, detail)| detail.is_some()));
+    }
+
+    #[test]
+    fn a_failed_batch_s_scopes_stay_pending_until_its_documents_are_saved_again() {
+        use crate::watch::model::id_key;
+        use mongodb::bson::doc;
+        let raw = |d: mongodb::bson::Document| RawDocumentBuf::from_document(&d).unwrap();
+        let names = Collections { channel: "ch".into(), category: "cat".into(), tag: "tag".into(), video: "v".into() };
+        let keys = Keys::new("app:");
+        let mut state = State::new(&names, vec![], vec![], vec![]);
+        state.load_videos(vec![]);
+        state.catching_up = false;
+        let put = |id: &str| {
+            let doc = raw(doc! { "_id": id, "title": "t", "listStatus": 1, "tagIds": ["t1"] });
+            Event::Upsert {
+                coll: Coll::Video,
+                key: id_key(&Bson::String(id.into())),
+                raw_id: id.into(),
+                doc,
+                decoded: None,
+            }
+        };
+        let mut record = Record::default();
+        record.scopes.tags.insert("t1".into());
+        // A batch of v1 and v2 fails: its scopes are dirty.
+        let failed = state.apply(vec![put("v1"), put("v2")]);
+        state.abort(failed, &keys, &record);
+        assert!(state.dirty.tags.contains("t1"));
+        // The streams, reopened, cut the replay after v1: saving it must
+        // not clear what v2's failed writes may have left.
+        let shorter = state.apply(vec![put("v1")]);
+        assert!(!state.clears_pending(&shorter));
+        state.commit(shorter, &keys, &Record::default());
+        assert!(state.dirty.tags.contains("t1"), "{:?}", state.dirty);
+        // The next batch saves v2 again: now the pending scopes clear.
+        let rest = state.apply(vec![put("v2"), put("v3")]);
+        assert!(state.clears_pending(&rest));
+        state.commit(rest, &keys, &Record::default());
+        assert!(state.dirty.is_empty(), "{:?}", state.dirty);
+        // While catching up with a load nothing clears.
+        state.catching_up = true;
+        let caught = state.apply(vec![put("v4")]);
+        assert!(!state.clears_pending(&caught));
     }
 
     #[test]

@@ -221,10 +221,14 @@ impl Scopes {
 
     /// What `cdc:pending` keeps of these scopes: all but the videos. The
     /// record is bounded by the catalogue, never by the videos a batch
-    /// touched. A video's own keys need no record: they land last, with
-    /// the resume tokens, so a batch that did not land is replayed and
-    /// its videos are touched again; and a video whose categories changed
-    /// status is found again through `memberships`.
+    /// touched. A video's own keys need no record: they land after every
+    /// key that indexes them, and the batch is saved only with its last
+    /// run, so a batch that did not land is replayed and its videos are
+    /// touched again; a video whose categories changed status is found
+    /// again through `memberships`. The runs of video keys before the
+    /// last may land without the batch (the budget cuts them), which is
+    /// why the record stays until the failed batch's documents are saved
+    /// again (`State::clears_pending`).
     pub fn persisted(&self) -> Scopes {
         Scopes { videos: BTreeSet::new(), ..self.clone() }
     }

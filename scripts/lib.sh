@@ -35,6 +35,20 @@ ensure_ops_tools() {
   command -v openssl >/dev/null || apt_install openssl
 }
 
+# The contract's independent checker (scripts/contract_check.py, run by
+# tests/contract_check.rs) reads MongoDB and Redis with these clients.
+PY_CLIENTS="pymongo==4.20.1 redis==8.2.0"
+ensure_python_clients() {
+  python3 -c 'import pymongo, redis, bson.datetime_ms' 2>/dev/null && return
+  command -v python3 >/dev/null || apt_install python3
+  python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
+  say "installing $PY_CLIENTS with pip"
+  # shellcheck disable=SC2086
+  python3 -m pip install -q $PY_CLIENTS 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages $PY_CLIENTS \
+    || die "pip install $PY_CLIENTS failed"
+}
+
 # SecantusDB is a separate GPL program: installed as a binary and run as a
 # process, never linked into cachewright.
 ensure_secantus() {

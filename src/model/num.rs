@@ -4,11 +4,22 @@
 use mongodb::bson::RawBsonRef;
 use std::cmp::Ordering;
 
-/// A BSON number, kept exact where it is an integer.
+/// A BSON number, kept exact where it is an integer or a Decimal128.
 #[derive(Debug, Clone, Copy)]
 pub enum Num {
     Int(i64),
     Float(f64),
+    /// A finite, non-zero Decimal128 (NaN, the infinities and zeros are
+    /// `Float` and `Int`, which they equal).
+    Dec(Dec),
+}
+
+/// A finite decimal `±coef × 10^exp`, `coef` at most 34 digits and not 0.
+#[derive(Debug, Clone, Copy)]
+pub struct Dec {
+    negative: bool,
+    coef: u128,
+    exp: i32,
 }
 
 impl Num {
@@ -18,9 +29,29 @@ impl Num {
             RawBsonRef::Int32(i) => Some(Num::Int(i.into())),
             RawBsonRef::Int64(i) => Some(Num::Int(i)),
             RawBsonRef::Double(f) => Some(Num::Float(f)),
-            RawBsonRef::Decimal128(d) => Some(Num::Float(decimal_to_f64(&d.to_string()))),
+            RawBsonRef::Decimal128(d) => Some(Num::from_decimal128(d.bytes())),
             _ => None,
         }
+    }
+
+    /// A Decimal128 from its bytes (IEEE 754-2008, binary integer
+    /// decimal, little-endian), exactly: a double would make
+    /// `1.0000000000000000000000000000001` equal to 1 and sort it with
+    /// the ones, where MongoDB sorts it after them.
+    fn from_decimal128(bytes: [u8; 16]) -> Num {
+        let bits = u128::from_le_bytes(bytes);
+        let (high, negative) = ((bits >> 64) as u64, bits >> 127 == 1);
+        let (exp_bits, coef) = match (high >> 58) & 0x1f {
+            0x1f => return Num::Float(f64::NAN),
+            0x1e => return Num::Float(if negative { f64::NEG_INFINITY } else { f64::INFINITY }),
+            // A coefficient past 2^113 is non-canonical, and zero.
+            _ if (high >> 61) & 0x3 == 0x3 => ((high >> 47) & 0x3fff, 0),
+            _ => ((high >> 49) & 0x3fff, bits & ((1u128 << 113) - 1)),
+        };
+        if coef == 0 || coef >= 10u128.pow(34) {
+            return Num::Int(0);
+        }
+        Num::Dec(Dec { negative, coef, exp: exp_bits as i32 - 6176 })
     }
 
     /// The total order MongoDB sorts numbers by: NaN first, then by value.
@@ -30,7 +61,69 @@ impl Num {
             (Num::Float(a), Num::Float(b)) => float_cmp(a, b),
             (Num::Int(a), Num::Float(b)) => int_float_cmp(a, b),
             (Num::Float(a), Num::Int(b)) => int_float_cmp(b, a).reverse(),
+            (Num::Dec(a), b) => dec_cmp(a, b),
+            (a, Num::Dec(b)) => dec_cmp(b, a).reverse(),
         }
+    }
+}
+
+/// Compares a decimal with any number as MongoDB does: an integer
+/// exactly, a double as its value rounded to 34 significant digits
+/// (MongoDB's `compareDecimalToDouble`), NaN below every number.
+fn dec_cmp(a: Dec, b: Num) -> Ordering {
+    let b = match b {
+        Num::Dec(b) => Some(b),
+        Num::Int(i) => Dec::of_int(i),
+        Num::Float(f) if f.is_nan() => return Ordering::Greater,
+        Num::Float(f) if f.is_infinite() => return if f > 0.0 { Ordering::Less } else { Ordering::Greater },
+        Num::Float(f) => Dec::of_double(f),
+    };
+    let Some(b) = b else {
+        // `b` is zero.
+        return if a.negative { Ordering::Less } else { Ordering::Greater };
+    };
+    match (a.negative, b.negative) {
+        (true, false) => Ordering::Less,
+        (false, true) => Ordering::Greater,
+        (false, false) => a.magnitude_cmp(&b),
+        (true, true) => b.magnitude_cmp(&a),
+    }
+}
+
+impl Dec {
+    fn of_int(i: i64) -> Option<Dec> {
+        (i != 0).then(|| Dec { negative: i < 0, coef: i.unsigned_abs().into(), exp: 0 })
+    }
+
+    /// A finite double rounded to 34 significant digits; `None` for zero.
+    fn of_double(f: f64) -> Option<Dec> {
+        if f == 0.0 {
+            return None;
+        }
+        // Rust prints a fixed number of digits from the double's exact value.
+        let text = format!("{:.33e}", f.abs());
+        let (mantissa, exp) = text.split_once('e')?;
+        let coef = mantissa.replace('.', "").parse().ok()?;
+        Some(Dec { negative: f < 0.0, coef, exp: exp.parse::<i32>().ok()? - 33 })
+    }
+
+    /// `|self|` against `|other|`: by the power of ten of the leading
+    /// digit, then digit by digit (no trailing zeros, so a shorter string
+    /// that is a prefix is the smaller number).
+    fn magnitude_cmp(&self, other: &Dec) -> Ordering {
+        let (a, b) = (self.digits(), other.digits());
+        let leading = |(digits, exp): &(String, i32)| exp + digits.len() as i32;
+        leading(&a).cmp(&leading(&b)).then_with(|| a.0.cmp(&b.0))
+    }
+
+    /// The coefficient's digits without trailing zeros, and their exponent.
+    fn digits(&self) -> (String, i32) {
+        let (mut coef, mut exp) = (self.coef, self.exp);
+        while coef % 10 == 0 {
+            coef /= 10;
+            exp += 1;
+        }
+        (coef.to_string(), exp)
     }
 }
 
@@ -60,11 +153,6 @@ fn int_float_cmp(a: i64, b: f64) -> Ordering {
         Ordering::Equal if b > floor => Ordering::Less,
         other => other,
     }
-}
-
-/// A Decimal128's value as the nearest double, from its canonical string.
-fn decimal_to_f64(text: &str) -> f64 {
-    text.parse::<f64>().unwrap_or(f64::NAN)
 }
 
 /// Whether a BSON value is numerically equal to 1, as the MongoDB query
@@ -136,5 +224,38 @@ mod tests {
         assert_eq!(Num::Float(f64::NAN).total_cmp(&Num::Int(i64::MIN)), Ordering::Less);
         assert_eq!(Num::Int(-1).total_cmp(&Num::Float(-0.5)), Ordering::Less);
         assert_eq!(Num::Float(-0.0).total_cmp(&Num::Int(0)), Ordering::Equal);
+    }
+
+    fn num(s: &str) -> Num {
+        Num::from_bson(RawBsonRef::Decimal128(dec(s))).unwrap()
+    }
+
+    #[test]
+    fn decimals_compare_exactly_with_every_number() {
+        let above_one = num("1.0000000000000000000000000000001");
+        assert_eq!(above_one.total_cmp(&Num::Int(1)), Ordering::Greater);
+        assert_eq!(above_one.total_cmp(&Num::Float(1.0)), Ordering::Greater);
+        assert_eq!(above_one.total_cmp(&num("1.0")), Ordering::Greater);
+        assert_eq!(above_one.total_cmp(&num("1.00000000000000000000000000000011")), Ordering::Less);
+        assert_eq!(num("1.0").total_cmp(&Num::Int(1)), Ordering::Equal);
+        assert_eq!(num("10E-1").total_cmp(&num("0.1E+1")), Ordering::Equal);
+        assert_eq!(num("2.5").total_cmp(&Num::Float(2.5)), Ordering::Equal);
+        // The double nearest 0.1 is 0.1000000000000000055511151231257827…
+        assert_eq!(num("0.1").total_cmp(&Num::Float(0.1)), Ordering::Less);
+        assert_eq!(num("-0.1").total_cmp(&Num::Float(-0.1)), Ordering::Greater);
+        assert_eq!(num("-2").total_cmp(&Num::Int(-1)), Ordering::Less);
+        assert_eq!(num("-0").total_cmp(&Num::Int(0)), Ordering::Equal);
+        assert_eq!(num("0.000001").total_cmp(&Num::Int(0)), Ordering::Greater);
+        assert_eq!(num("1E+3").total_cmp(&Num::Int(999)), Ordering::Greater);
+        assert_eq!(num("1E+3").total_cmp(&Num::Int(1000)), Ordering::Equal);
+        assert_eq!(
+            num("9.999999999999999999999999999999999E+6144").total_cmp(&Num::Float(f64::MAX)),
+            Ordering::Greater
+        );
+        assert_eq!(num("1E-6176").total_cmp(&Num::Float(5e-324)), Ordering::Less);
+        assert_eq!(num("NaN").total_cmp(&Num::Int(i64::MIN)), Ordering::Less);
+        assert_eq!(num("Infinity").total_cmp(&Num::Float(f64::INFINITY)), Ordering::Equal);
+        assert_eq!(num("-Infinity").total_cmp(&num("-1E+6000")), Ordering::Less);
+        assert_eq!(num("5").total_cmp(&Num::Float(f64::NAN)), Ordering::Greater);
     }
 }

@@ -576,7 +576,12 @@ def read_collections():
 
 def read_redis(prefix):
     import redis
-    r = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379"))
+    from redis.cluster import RedisCluster
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379")
+    r = redis.Redis.from_url(url)
+    if r.info("cluster").get("cluster_enabled"):
+        # Every master's keys, each command sent to its slot's master.
+        r = RedisCluster.from_url(url)
     out = {}
     for raw in r.scan_iter(match=prefix.encode() + b"*", count=1000):
         key = raw.decode("utf-8", "replace")
@@ -672,7 +677,8 @@ class Hostile:
             float("nan"), float("inf"), 5e-324, 1.7976931348623157e308,
             Decimal128("1"), Decimal128("1.0"), Decimal128("2.5"), Decimal128("1E+3"), Decimal128("0.1"),
             Decimal128("-0"), Decimal128("0.000001"), Decimal128("1.0000000000000000000000000000001"),
-            Decimal128("NaN"), Decimal128("-Infinity"), "1", True, None])
+            Decimal128("NaN"), Decimal128("-Infinity"), "1", True, None, Int64(2**63 - 1), -2**31, 1e-6, 1e300,
+            -1e-300, 999999999999999900000.0, 0.000001234, Decimal128("-1.5E-20")])
 
     def status(self):
         return 1 if self.rnd.random() < 0.7 else self.num()
@@ -687,7 +693,8 @@ class Hostile:
         choices = [self.text, self.num, lambda: rnd.choice(self.oids), lambda: DatetimeMS(rnd.choice(
             [0, 1_700_000_000_123, -1, -62_198_755_200_000, 253_402_300_800_000, 8_640_000_000_000_001,
              -8_640_000_000_000_000])),
-            lambda: Binary(bytes(rnd.randrange(256) for _ in range(rnd.randrange(5)))),
+            lambda: Binary(bytes(rnd.randrange(256) for _ in range(rnd.randrange(5))), rnd.choice([0, 4, 128])),
+            lambda: "a\x00b" + self.text(), lambda: {"_id": 1, "id": self.text(), "a.b": [None]},
             lambda: Regex("a.*", "i"), lambda: Timestamp(1700000000, 7), lambda: MinKey(), lambda: MaxKey(),
             lambda: Code("x()"), lambda: None, lambda: True, lambda: []]
         if depth < 2:
@@ -753,7 +760,8 @@ class Hostile:
         if rnd.random() < 0.8:
             fields.append(("tagIds", rnd.choice([[self.an_id("t", 60) for _ in range(rnd.randrange(4))], None, "t1"])))
         for k in range(rnd.randrange(4)):
-            fields.append((rnd.choice(["id", "extra", "n" + str(k), self.text() or "e"]), self.anything()))
+            fields.append((rnd.choice(["id", "extra", "n" + str(k), "a.b", "categoryId ", self.text() or "e"]),
+                           self.anything()))
         rnd.shuffle(fields)
         return fields
 

@@ -801,6 +801,7 @@ def generate(seed, videos):
 def mutate(seed, count):
     """`count` random changes, as a watcher would meet them: inserts,
     replacements, field updates and unsets, deletes, in every collection."""
+    from pymongo.errors import OperationFailure
     db, h = database(), Hostile(seed, 400)
     rnd = h.rnd
     makers = {"Category": h.category, "Tag": h.tag, "Channel": h.channel, "VideoMedia": h.video}
@@ -825,10 +826,21 @@ def mutate(seed, count):
                 doc = makers[name]()
                 doc.pop("_id")
                 field, value = rnd.choice(list(doc.items()) or [("name", "n")])
-            if rnd.random() < 0.2:
-                coll.update_one({"_id": target}, {"$unset": {field: ""}})
+            roll = rnd.random()
+            if roll < 0.15:
+                update = {"$unset": {field: ""}}
+            elif roll < 0.3 and name == "VideoMedia":
+                # Path and array operators: the event names a part of a field.
+                update = rnd.choice([
+                    {"$push": {"categoryIds": h.an_id("c", 30)}}, {"$set": {"categoryIds.0": h.an_id("c", 30)}},
+                    {"$pull": {"tagIds": h.an_id("t", 60)}}, {"$rename": {"categoryId": "categoryIds"}},
+                    {"$inc": {"listStatus": rnd.choice([1, -1])}}, {"$set": {"extra.a.b": h.anything()}}])
             else:
-                coll.update_one({"_id": target}, {"$set": {field: value}})
+                update = {"$set": {field: value}}
+            try:
+                coll.update_one({"_id": target}, update)
+            except OperationFailure:
+                pass  # an operator the document's types refuse, as MongoDB would
     print(f"made {count} changes, seed {seed}")
 
 

@@ -2,9 +2,11 @@
 //! contract. `scripts/contract_check.py` generates hostile documents
 //! (ids that repeat or collide with an ObjectId's hex, every BSON type in
 //! every field, legacy `categoryId`, whitespace and control characters in
-//! names, dates a JavaScript `Date` cannot hold) and computes every data
-//! key from what MongoDB holds, with its own BSON walk, payloads and
-//! orders: it shares no code with cachewright, so the planner's own tests
+//! names, dates a JavaScript `Date` cannot hold), plants keys under the
+//! prefix that belong to no family (they must survive untouched) and
+//! stale keys of every kind of family (the rebuild must delete them), and
+//! computes every data key from what MongoDB holds, with its own BSON
+//! walk, payloads and orders: it shares no code with cachewright, so the planner's own tests
 //! cannot agree with a misreading of the contract by construction. It
 //! needs python3 with `pymongo` and `redis`, which scripts/test.sh
 //! installs; without them this test fails rather than skips.

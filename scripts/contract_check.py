@@ -709,8 +709,11 @@ class Hostile:
     def an_id(self, pool, n):
         rnd = self.rnd
         roll = rnd.random()
-        if roll < 0.75:
+        if roll < 0.65:
             return f"{pool}{rnd.randrange(n)}"
+        if roll < 0.75:
+            # Ids that sort apart by byte ('-' < digits < capitals < '_' < small letters).
+            return rnd.choice([pool.upper(), pool + "_", pool + "-", "_" + pool, "-"]) + str(rnd.randrange(n // 3 + 1))
         if roll < 0.85:
             return rnd.choice(self.oids)
         if roll < 0.9:

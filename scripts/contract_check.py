@@ -32,7 +32,7 @@ import re
 import struct
 import sys
 import unicodedata
-from decimal import Context, Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation
 
 USABLE = re.compile(r"[0-9A-Za-z_-]{1,128}")
 TIERS = {"count": 3600, "index": 7200, "detail": 86400, "catalog": 604800}
@@ -172,9 +172,8 @@ def number(v):
     if v.code in (0x10, 0x12):
         return Decimal(v.value)
     if v.code == 0x01:
-        # MongoDB compares a double with a decimal as the double rounded to 34 digits.
-        return Context(prec=34).create_decimal(v.value) if not math.isinf(v.value) else Decimal(
-            "Infinity" if v.value > 0 else "-Infinity")
+        # Exact: MongoDB compares a double with a decimal by their exact values.
+        return Decimal(v.value) if not math.isinf(v.value) else Decimal("Infinity" if v.value > 0 else "-Infinity")
     if v.code == 0x13:
         try:
             return Decimal(v.value)

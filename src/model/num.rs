@@ -67,64 +67,66 @@ impl Num {
     }
 }
 
-/// Compares a decimal with any number as MongoDB does: an integer
-/// exactly, a double as its value rounded to 34 significant digits
-/// (MongoDB's `compareDecimalToDouble`), NaN below every number.
+/// Compares a decimal with any number exactly, as MongoDB does (its
+/// `compareDecimalToDouble` rounds the decimal toward negative infinity
+/// and reads the inexact flag, which comes to the same), NaN below every
+/// number.
 fn dec_cmp(a: Dec, b: Num) -> Ordering {
     let b = match b {
-        Num::Dec(b) => Some(b),
-        Num::Int(i) => Dec::of_int(i),
+        Num::Dec(b) => Some((b.negative, b.digits())),
+        Num::Int(i) => (i != 0).then(|| (i < 0, digits_of(i.unsigned_abs().into(), 0))),
         Num::Float(f) if f.is_nan() => return Ordering::Greater,
         Num::Float(f) if f.is_infinite() => return if f > 0.0 { Ordering::Less } else { Ordering::Greater },
-        Num::Float(f) => Dec::of_double(f),
+        Num::Float(f) => (f != 0.0).then(|| (f < 0.0, exact_digits(f))),
     };
-    let Some(b) = b else {
+    let Some((b_negative, b)) = b else {
         // `b` is zero.
         return if a.negative { Ordering::Less } else { Ordering::Greater };
     };
-    match (a.negative, b.negative) {
+    let a_digits = a.digits();
+    match (a.negative, b_negative) {
         (true, false) => Ordering::Less,
         (false, true) => Ordering::Greater,
-        (false, false) => a.magnitude_cmp(&b),
-        (true, true) => b.magnitude_cmp(&a),
+        (false, false) => magnitude_cmp(&a_digits, &b),
+        (true, true) => magnitude_cmp(&b, &a_digits),
     }
 }
 
 impl Dec {
-    fn of_int(i: i64) -> Option<Dec> {
-        (i != 0).then(|| Dec { negative: i < 0, coef: i.unsigned_abs().into(), exp: 0 })
-    }
-
-    /// A finite double rounded to 34 significant digits; `None` for zero.
-    fn of_double(f: f64) -> Option<Dec> {
-        if f == 0.0 {
-            return None;
-        }
-        // Rust prints a fixed number of digits from the double's exact value.
-        let text = format!("{:.33e}", f.abs());
-        let (mantissa, exp) = text.split_once('e')?;
-        let coef = mantissa.replace('.', "").parse().ok()?;
-        Some(Dec { negative: f < 0.0, coef, exp: exp.parse::<i32>().ok()? - 33 })
-    }
-
-    /// `|self|` against `|other|`: by the power of ten of the leading
-    /// digit, then digit by digit (no trailing zeros, so a shorter string
-    /// that is a prefix is the smaller number).
-    fn magnitude_cmp(&self, other: &Dec) -> Ordering {
-        let (a, b) = (self.digits(), other.digits());
-        let leading = |(digits, exp): &(String, i32)| exp + digits.len() as i32;
-        leading(&a).cmp(&leading(&b)).then_with(|| a.0.cmp(&b.0))
-    }
-
-    /// The coefficient's digits without trailing zeros, and their exponent.
     fn digits(&self) -> (String, i32) {
-        let (mut coef, mut exp) = (self.coef, self.exp);
-        while coef % 10 == 0 {
-            coef /= 10;
-            exp += 1;
-        }
-        (coef.to_string(), exp)
+        digits_of(self.coef, self.exp)
     }
+}
+
+/// `coef × 10^exp` (`coef` not 0) as its digits without trailing zeros and
+/// the power of ten of the last one.
+fn digits_of(mut coef: u128, mut exp: i32) -> (String, i32) {
+    while coef.is_multiple_of(10) {
+        coef /= 10;
+        exp += 1;
+    }
+    (coef.to_string(), exp)
+}
+
+/// A finite, non-zero double's exact decimal value in the same form. Its
+/// expansion has at most 767 significant digits, and Rust prints as many
+/// digits as asked from the exact value.
+fn exact_digits(f: f64) -> (String, i32) {
+    const PLACES: i32 = 767;
+    let text = format!("{:.*e}", PLACES as usize, f.abs());
+    let (mantissa, exp) = text.split_once('e').unwrap_or((&text, "0"));
+    let all: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let digits = all.trim_end_matches('0');
+    let exp = exp.parse::<i32>().unwrap_or(0) - PLACES + (all.len() - digits.len()) as i32;
+    (digits.to_string(), exp)
+}
+
+/// `|a|` against `|b|`, each as [`digits_of`] gives it: by the power of
+/// ten of the leading digit, then digit by digit (no trailing zeros, so a
+/// shorter string that is a prefix is the smaller number).
+fn magnitude_cmp(a: &(String, i32), b: &(String, i32)) -> Ordering {
+    let leading = |(digits, exp): &(String, i32)| *exp + digits.len() as i32;
+    leading(a).cmp(&leading(b)).then_with(|| a.0.cmp(&b.0))
 }
 
 fn float_cmp(a: f64, b: f64) -> Ordering {
@@ -240,8 +242,14 @@ mod tests {
         assert_eq!(num("1.0").total_cmp(&Num::Int(1)), Ordering::Equal);
         assert_eq!(num("10E-1").total_cmp(&num("0.1E+1")), Ordering::Equal);
         assert_eq!(num("2.5").total_cmp(&Num::Float(2.5)), Ordering::Equal);
-        // The double nearest 0.1 is 0.1000000000000000055511151231257827…
+        // The double nearest 0.1 is 0.1000000000000000055511151231257827021181583404541015625.
         assert_eq!(num("0.1").total_cmp(&Num::Float(0.1)), Ordering::Less);
+        assert_eq!(num("0.1000000000000000055511151231257827").total_cmp(&Num::Float(0.1)), Ordering::Less);
+        assert_eq!(num("0.0009765625").total_cmp(&Num::Float(2f64.powi(-10))), Ordering::Equal);
+        // The smallest double is 4.9406564584124654…E-324.
+        assert_eq!(num("5E-324").total_cmp(&Num::Float(5e-324)), Ordering::Greater);
+        assert_eq!(num("4.940656458412465441765687928682213E-324").total_cmp(&Num::Float(5e-324)), Ordering::Less);
+        assert_eq!(num("-5E-324").total_cmp(&Num::Float(-5e-324)), Ordering::Less);
         assert_eq!(num("-0.1").total_cmp(&Num::Float(-0.1)), Ordering::Greater);
         assert_eq!(num("-2").total_cmp(&Num::Int(-1)), Ordering::Less);
         assert_eq!(num("-0").total_cmp(&Num::Int(0)), Ordering::Equal);

@@ -8,11 +8,15 @@
 `generate` fills the four collections with small, hostile documents (ids
 that repeat or collide with their ObjectId's hex, every BSON type, legacy
 `categoryId`, whitespace and control characters in names, dates a
-JavaScript `Date` cannot hold, numbers JavaScript prints in exponent form).
+JavaScript `Date` cannot hold, numbers JavaScript prints in exponent form)
+and plants, under the prefix, keys of no family (which must survive) and
+stale keys of the families (which a rebuild must delete).
 `check` computes every data key the contract asks for from what MongoDB
 holds now, reads every key under the prefix from Redis and prints each
 difference: a key missing, a key that should not be there, another type,
-another value, a TTL outside its tier. It exits 1 when there is one.
+another value, a TTL outside its tier; and the job status keys of
+section 3 (CACHEWRIGHT_STATUS_PREFIX, default `cachewright:`) for their
+types, fields and TTLs. It exits 1 when there is a difference.
 `mutate` makes random changes of the same kind, for a watcher to apply.
 
 It shares no code with cachewright: it walks the BSON bytes itself, and
@@ -656,10 +660,73 @@ def check():
         low, high = TIERS[tier] * 0.99, TIERS[tier] * (1 + JITTER) + 1
         if not low <= ttl <= high:
             problems.append(f"ttl      {key}: {ttl}, expected {TIERS[tier]}..{int(high)}")
+    problems += status_problems(os.environ.get("CACHEWRIGHT_STATUS_PREFIX", "cachewright:"))
     for p in problems:
         print(p)
     print(f"{len(want)} keys expected, {len(have)} under the prefix, {len(problems)} differences")
     return 1 if problems else 0
+
+
+JOB_FIELDS = {"run_id", "trigger", "status", "current_builder", "progress_current", "progress_total",
+              "started_at", "updated_at", "finished_at", "error_count", "last_error", "keys_written",
+              "keys_deleted", "rejected"}
+BUILDER_FIELDS = {"status", "current", "total", "started_at", "updated_at"}
+
+
+def status_problems(prefix):
+    """The job status keys of section 3: their types, fields and TTLs."""
+    import time
+    r, out, now = redis_client(), [], time.time()
+    run_id = re.compile(r"[0-9a-f]{16}")
+
+    def seconds(value):
+        # Unix seconds: an integer within a day of now (empty while unset).
+        return value == "" or (value.isdigit() and abs(int(value) - now) < 86400)
+
+    jobs = {}
+    for raw in r.scan_iter(match=prefix.encode() + b"job:*", count=1000):
+        key = raw.decode()
+        rest = key[len(prefix) + len("job:"):]
+        rid, _, builder = rest.partition(":builder:")
+        fields = {k.decode(): v.decode() for k, v in r.hgetall(raw).items()}
+        ttl = r.ttl(raw)
+        if not run_id.fullmatch(rid) or r.type(raw) != b"hash":
+            out.append(f"status   {key}: not a hash of a 16-hex run id")
+            continue
+        if not 0 < ttl <= 86400:
+            out.append(f"status   {key}: TTL {ttl}, expected at most 24h")
+        want = BUILDER_FIELDS if builder else JOB_FIELDS
+        if set(fields) != want:
+            out.append(f"status   {key}: fields {sorted(set(fields) ^ want)} differ from the contract's")
+            continue
+        if not all(seconds(fields[f]) for f in ("started_at", "updated_at")):
+            out.append(f"status   {key}: timestamps {fields['started_at']}, {fields['updated_at']} are not unix seconds")
+        if not builder:
+            jobs[rid] = fields
+            if fields["run_id"] != rid or fields["status"] not in ("running", "completed", "failed") or \
+                    fields["trigger"] not in ("cron", "manual", "migration", "change-stream") or \
+                    not seconds(fields["finished_at"]):
+                out.append(f"status   {key}: {fields}")
+    for state in ("active", "completed", "failed"):
+        key = f"{prefix}jobs:{state}"
+        if r.exists(key):
+            if r.type(key) != b"set" or r.ttl(key) != -1:
+                out.append(f"status   {key}: a set without TTL expected")
+        running = {"active": "running"}.get(state, state)
+        for rid, fields in jobs.items():
+            member = r.sismember(key, rid) if r.exists(key) else False
+            if fields["status"] == running and not member:
+                out.append(f"status   {key}: lacks {fields['status']} run {rid}")
+    total = r.get(f"{prefix}stats:total_jobs")
+    if total is not None and (not total.isdigit() or r.ttl(f"{prefix}stats:total_jobs") != -1):
+        out.append(f"status   {prefix}stats:total_jobs: {total!r}, an integer without TTL expected")
+    for raw in r.scan_iter(match=prefix.encode() + b"cdc:resume:*", count=1000):
+        if r.type(raw) != b"string" or r.ttl(raw) != -1:
+            out.append(f"status   {raw.decode()}: a string without TTL expected")
+    health = f"{prefix}health:current"
+    if r.exists(health) and not 0 < r.ttl(health) <= 60:
+        out.append(f"status   {health}: TTL {r.ttl(health)}, expected at most 60 s")
+    return out
 
 
 FAMILIES = [

@@ -6,7 +6,8 @@
 //! prefix that belong to no family (they must survive untouched) and
 //! stale keys of every kind of family (the rebuild must delete them), and
 //! computes every data key from what MongoDB holds, with its own BSON
-//! walk, payloads and orders: it shares no code with cachewright, so the planner's own tests
+//! walk, payloads and orders, and reads the job status keys (section 3)
+//! for their types, fields and TTLs: it shares no code with cachewright, so the planner's own tests
 //! cannot agree with a misreading of the contract by construction. It
 //! needs python3 with `pymongo` and `redis`, which scripts/test.sh
 //! installs; without them this test fails rather than skips.
@@ -30,6 +31,7 @@ fn checker(cfg: &Config, args: &[&str]) -> Output {
         .env("MONGODB_DB", &cfg.mongodb_db)
         .env("REDIS_URL", &cfg.redis_url)
         .env("CACHEWRIGHT_PREFIX", &cfg.prefix)
+        .env("CACHEWRIGHT_STATUS_PREFIX", &cfg.status_prefix)
         .env("CACHEWRIGHT_HOME_LIMIT", home_limit)
         .output()
         .expect("python3 runs (scripts/test.sh installs pymongo and redis for it)");

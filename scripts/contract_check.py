@@ -2,7 +2,7 @@
 """An independent reading of ../shared/CACHE_CONTRACT.md, to check a rebuild.
 
     scripts/contract_check.py generate [--seed N] [--videos N]
-    scripts/contract_check.py mutate [--seed N] [--changes N]
+    scripts/contract_check.py mutate [--seed N] [--changes N] [--videos N]
     scripts/contract_check.py check
 
 `generate` fills the four collections with small, hostile documents (ids
@@ -921,11 +921,11 @@ def generate(seed, videos):
     print(f"generated hostile data, seed {seed}, {videos} videos drawn")
 
 
-def mutate(seed, count):
+def mutate(seed, count, videos):
     """`count` random changes, as a watcher would meet them: inserts,
     replacements, field updates and unsets, deletes, in every collection."""
     from pymongo.errors import OperationFailure
-    db, h = database(), Hostile(seed, 400)
+    db, h = database(), Hostile(seed, videos)
     rnd = h.rnd
     makers = {"Category": h.category, "Tag": h.tag, "Channel": h.channel, "VideoMedia": h.video}
     for _ in range(count):
@@ -975,7 +975,7 @@ def main():
         return 0
     if args[:1] == ["mutate"]:
         opts = dict(zip(args[1::2], args[2::2]))
-        mutate(int(opts.get("--seed", 1)), int(opts.get("--changes", 100)))
+        mutate(int(opts.get("--seed", 1)), int(opts.get("--changes", 100)), int(opts.get("--videos", 400)))
         return 0
     if args[:1] == ["check"]:
         return check()

@@ -109,7 +109,7 @@ def parse_value(buf, at, code):
         return (ns, bytes(buf[at:at + 12])), at + 12
     if code == 0x0F:
         (size,) = struct.unpack_from("<i", buf, at)
-        code_text, inner = bson_string(buf, at + 4)
+        code_text, _ = bson_string(buf, at + 4)
         return code_text, at + size
     if code == 0x10:
         return struct.unpack_from("<i", buf, at)[0], at + 4
@@ -328,7 +328,6 @@ def segment(text):
 
 class Catalogue:
     def __init__(self, raw):
-        self.reports = []
         self.channels = self.admit(raw["Channel"], [("name", "string"), ("landingUrl", "string")])
         self.categories = self.admit(raw["Category"], [("name", "string"), ("seq", "number")])
         self.tags = self.admit(raw["Tag"], [("name", "string"), ("seq", "number"), ("categoryId", "id")])

@@ -56,15 +56,16 @@ fn differences(cfg: &Config) -> Option<String> {
 }
 
 /// Waits until the watcher has brought Redis to what the checker
-/// computes, or fails with the differences left.
-async fn agrees_eventually(cfg: &Config, watcher: &common::watcher::Watcher, what: &str) {
+/// computes, or fails with the differences left and `watcher`'s account
+/// of itself.
+async fn agrees_eventually(cfg: &Config, mut watcher: impl FnMut() -> String, what: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {
         let Some(diff) = differences(cfg) else { return };
         assert!(
             tokio::time::Instant::now() < deadline,
             "{what}: the cache still differs from the independent reading of the contract\n{diff}\nwatcher: {}",
-            watcher.report()
+            watcher()
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -72,7 +73,10 @@ async fn agrees_eventually(cfg: &Config, watcher: &common::watcher::Watcher, wha
 
 /// Each seed's data set is rebuilt and checked, then changed twice under
 /// a watcher, then changed around a crash and a restart, each time until
-/// the watcher has applied it.
+/// the watcher has applied it. The first crash drops the in-process
+/// watcher's task; the second is a `kill -9` of a `cachewright watch`
+/// process as soon as a round of changes is made, wherever it is in
+/// applying them, so its connections die with whatever they held.
 async fn agrees_through_rebuild_changes_and_a_crash(setup: Setup, seeds: &[u64]) {
     common::logs();
     for &seed in seeds {
@@ -89,7 +93,7 @@ async fn agrees_through_rebuild_changes_and_a_crash(setup: Setup, seeds: &[u64])
         for round in 1..=2u64 {
             let changes_seed = (seed * 10 + round).to_string();
             checker(&cfg, &["mutate", "--seed", &changes_seed, "--changes", "150"]);
-            agrees_eventually(&cfg, &watcher, &format!("seed {seed}, round {round}")).await;
+            agrees_eventually(&cfg, || watcher.report(), &format!("seed {seed}, round {round}")).await;
         }
 
         // A crash with changes behind it, more while it is down, a restart.
@@ -99,8 +103,26 @@ async fn agrees_through_rebuild_changes_and_a_crash(setup: Setup, seeds: &[u64])
         let changes_seed = (seed * 10 + 6).to_string();
         checker(&cfg, &["mutate", "--seed", &changes_seed, "--changes", "40"]);
         let watcher = common::watcher::start_streaming(&cfg).await;
-        agrees_eventually(&cfg, &watcher, &format!("seed {seed}, after a crash and a restart")).await;
+        agrees_eventually(&cfg, || watcher.report(), &format!("seed {seed}, after a crash and a restart")).await;
         watcher.stop().await;
+
+        // The process itself killed once the changes are made.
+        let mut child = common::watcher::spawn_process(&cfg);
+        common::watcher::process_streaming(&cfg, child.id()).await;
+        let changes_seed = (seed * 10 + 7).to_string();
+        checker(&cfg, &["mutate", "--seed", &changes_seed, "--changes", "150"]);
+        common::signal(child.id(), "-KILL");
+        let _ = child.wait();
+        let changes_seed = (seed * 10 + 8).to_string();
+        checker(&cfg, &["mutate", "--seed", &changes_seed, "--changes", "40"]);
+        let mut child = common::watcher::spawn_process(&cfg);
+        common::watcher::process_streaming(&cfg, child.id()).await;
+        let pid = child.id();
+        let account = || format!("process {pid}, exited: {:?}", child.try_wait().ok().flatten());
+        agrees_eventually(&cfg, account, &format!("seed {seed}, after a kill -9 and a restart")).await;
+        common::signal(pid, "-TERM");
+        let code = common::wait_exit(&mut child, "the watcher to stop on SIGTERM", Duration::from_secs(30)).await;
+        assert_eq!(code, Some(0), "the restarted watcher stops cleanly");
     }
 }
 

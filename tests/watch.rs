@@ -603,45 +603,16 @@ async fn deletes_while_the_watcher_is_killed_are_removed_after_it_restarts() {
     let cfg = watch_env(&name, &prefix).config();
     let mut d = data(&cfg, 9).await;
     d.seed().await;
-    let spawn = || {
-        // A short lease, so the restarted process takes over quickly.
-        common::cachewright(&cfg)
-            .args(["watch", "--window-ms", "50"])
-            .env("CACHEWRIGHT_LEASE_SECONDS", "2")
-            .spawn()
-            .expect("start cachewright watch")
-    };
-    // Streaming means past its start-up (a rebuild, or the replay from
-    // the tokens): the heartbeat of this very process says so, and every
-    // collection has a saved token.
-    let streaming = |pid: u32| {
-        let (url, keys) = (s.redis.url(), common::env::status_keys(&cfg));
-        async move {
-            let conn = common::redis_conn(&url).await;
-            let tokens: Vec<String> =
-                ["Channel", "Category", "Tag", "VideoMedia"].iter().map(|c| keys.cdc_resume(c)).collect();
-            common::wait_for(&format!("watcher {pid} to stream"), Duration::from_secs(30), || {
-                let (mut conn, health, tokens) = (conn.clone(), keys.health(), tokens.clone());
-                async move {
-                    let beat: Option<String> = redis::cmd("GET").arg(health).query_async(&mut conn).await.unwrap();
-                    let beat: serde_json::Value = beat.and_then(|b| serde_json::from_str(&b).ok()).unwrap_or_default();
-                    let saved: usize = redis::cmd("EXISTS").arg(tokens).query_async(&mut conn).await.unwrap();
-                    beat["pid"] == pid && beat["streaming"] == true && saved == 4
-                }
-            })
-            .await;
-        }
-    };
     // A key under the prefix whose name is not UTF-8: skipped, never
     // touched, and it breaks nothing.
     let mut conn = common::redis_conn(&s.redis.url()).await;
     let mut bad = format!("{prefix}:video:list:home:").into_bytes();
     bad.extend_from_slice(&[0xff, 0xfe]);
     let _: () = redis::cmd("SET").arg(&bad).arg("?").query_async(&mut conn).await.unwrap();
-    let mut child = spawn();
+    let mut child = common::watcher::spawn_process(&cfg);
     d.changes(20).await;
     d.settle(&s.redis.url(), &prefix).await;
-    streaming(child.id()).await;
+    common::watcher::process_streaming(&cfg, child.id()).await;
     let _ = std::process::Command::new("kill").args(["-9", &child.id().to_string()]).status();
     let _ = child.wait();
 
@@ -652,8 +623,8 @@ async fn deletes_while_the_watcher_is_killed_are_removed_after_it_restarts() {
     db.collection::<Document>("Tag").delete_many(doc! {"categoryId": "c2"}).await.unwrap();
     db.collection::<Document>("VideoMedia").delete_many(doc! {"categoryIds": "c3"}).await.unwrap();
     d.changes(10).await;
-    let mut child = spawn();
-    streaming(child.id()).await;
+    let mut child = common::watcher::spawn_process(&cfg);
+    common::watcher::process_streaming(&cfg, child.id()).await;
     d.settle(&s.redis.url(), &prefix).await;
     let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let _ = child.wait();

@@ -94,3 +94,39 @@ impl Watcher {
         let _ = self.task.await;
     }
 }
+
+/// `cachewright watch` as its own process for `cfg`, with a short lease so
+/// that a process started after a `kill -9` takes over within seconds.
+pub fn spawn_process(cfg: &Config) -> std::process::Child {
+    super::cachewright(cfg)
+        .args(["watch", "--window-ms", "50"])
+        .env("CACHEWRIGHT_LEASE_SECONDS", "2")
+        .spawn()
+        .expect("start cachewright watch")
+}
+
+/// Waits until the `cachewright watch` process `pid` streams: past its
+/// start-up (a rebuild, or the replay from the saved tokens), as its own
+/// heartbeat says, with a token saved for every collection.
+pub async fn process_streaming(cfg: &Config, pid: u32) {
+    let conn = super::redis_conn(&cfg.redis_url).await;
+    let keys = super::env::status_keys(cfg);
+    let names = &cfg.collections;
+    let tokens: Vec<String> =
+        [&names.channel, &names.category, &names.tag, &names.video].iter().map(|c| keys.cdc_resume(c)).collect();
+    super::wait_for(&format!("watcher {pid} to stream"), Duration::from_secs(30), || {
+        let (mut conn, health, tokens) = (conn.clone(), keys.health(), tokens.clone());
+        async move {
+            let beat: Option<String> = redis::cmd("GET").arg(health).query_async(&mut conn).await.unwrap();
+            let beat: serde_json::Value = beat.and_then(|b| serde_json::from_str(&b).ok()).unwrap_or_default();
+            // One key a call: on a cluster the tokens live in several slots.
+            let mut saved = 0;
+            for token in tokens {
+                let exists: usize = redis::cmd("EXISTS").arg(token).query_async(&mut conn).await.unwrap();
+                saved += exists;
+            }
+            beat["pid"] == pid && beat["streaming"] == true && saved == 4
+        }
+    })
+    .await;
+}

@@ -46,8 +46,6 @@ pub struct Stale {
     pub keys: Vec<(FamilyId, String)>,
     /// Every stale key found, per family (beyond the cap too).
     pub by_family: BTreeMap<FamilyId, u64>,
-    /// How many keys of the selected families existed.
-    pub existing: u64,
     pub scanned: u64,
     /// Keys under the prefix whose names are not UTF-8 (skipped).
     pub not_utf8: u64,
@@ -73,7 +71,6 @@ impl Stale {
     /// Files one existing key of a selected family: `produced` is `None`
     /// when it cannot be judged yet.
     fn file(&mut self, family: FamilyId, key: String, produced: Option<bool>, cap: usize) {
-        self.existing += 1;
         match produced {
             Some(true) => {}
             Some(false) => {
@@ -397,7 +394,7 @@ mod tests {
             stale.file(FamilyId::VideoDetail, format!("app:video:detail:v{i}"), Some(false), 2);
         }
         stale.file(FamilyId::TagList, "app:tag:list".into(), Some(false), 2);
-        assert_eq!((stale.existing, stale.total()), (6, 5));
+        assert_eq!(stale.total(), 5);
         assert_eq!(stale.by_family[&FamilyId::VideoDetail], 4);
         let names: Vec<&str> = stale.keys.iter().map(|(_, k)| k.as_str()).collect();
         assert_eq!(names, ["app:video:detail:v0", "app:video:detail:v1"]);
@@ -412,7 +409,7 @@ mod tests {
         }
         assert!(stale.later_dropped, "a third key beyond the cap of 2");
         stale.settle(|key| key == "app:tag:all", 2);
-        assert_eq!((stale.existing, stale.total()), (3, 1));
+        assert_eq!(stale.total(), 1);
         assert_eq!(stale.keys, vec![(FamilyId::TagAll, "app:tag:list".to_string())]);
         assert!(stale.later.is_empty());
     }

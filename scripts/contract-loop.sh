@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The independent reading of the contract (scripts/contract_check.py) over
+# many seeds, against the release binary run as its own process:
+#   scripts/contract-loop.sh [FIRST_SEED] [COUNT] [VIDEOS] [single|cluster]
+#                        (default seed 100, 10 seeds, 1500 videos, single)
+# Per seed: fresh hostile data (database `hostile` on the benchmarks'
+# SecantusDB, 27117), an emptied Redis (16400, or the benchmarks' cluster
+# on 17001-17003), `cachewright rebuild`, a check; then a `cachewright
+# watch` process: a round of changes and a check once it has applied
+# them; a round and a `kill -9` as soon as it is made; a round while it is
+# down; a restart and a check. Home sections of 5, so that their cut falls
+# inside ties. Stops at the first difference and prints it; running the
+# script again from that seed replays it. The test suite runs the same
+# sequence on two seeds (tests/contract_check.rs); this runs it on as many
+# as you have time for.
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+FIRST="${1:-100}"
+COUNT="${2:-10}"
+VIDEOS="${3:-1500}"
+SETUP="${4:-single}"
+RUN_DIR="$ROOT/target/bench-servers"
+OUT="$ROOT/target/contract-loop"
+mkdir -p "$OUT"
+ensure_redis
+ensure_secantus
+ensure_python_clients
+case "$SETUP" in
+  single) PORTS=(16400); start_redis 16400 ;;
+  cluster) PORTS=(17001 17002 17003); start_cluster "${PORTS[@]}" ;;
+  *) die "setup must be single or cluster, not $SETUP" ;;
+esac
+start_mongo 27117
+cargo build --release --quiet --bin cachewright
+BIN="$ROOT/target/release/cachewright"
+export MONGODB_URI="mongodb://127.0.0.1:27117/?directConnection=true" MONGODB_DB=hostile
+export REDIS_URL="redis://127.0.0.1:${PORTS[0]}" CACHEWRIGHT_PREFIX="hostile:"
+export CACHEWRIGHT_STATUS_PREFIX="hostile-status:" CACHEWRIGHT_HOME_LIMIT=5
+# A short lease, so that a process started after a `kill -9` takes over
+# within seconds.
+export CACHEWRIGHT_LEASE_SECONDS=2
+checker() { python3 scripts/contract_check.py "$@"; }
+
+# Waits until Redis agrees with the checker, up to 90 s; otherwise prints
+# the differences and stops.
+agrees() {
+  local what=$1 i
+  for i in $(seq 300); do
+    checker check >"$OUT/diff.txt" 2>&1 && return 0
+    sleep 0.3
+  done
+  cat "$OUT/diff.txt"
+  die "$what: the cache still differs from the independent reading of the contract (log: $OUT/watch.log)"
+}
+
+# Waits until the watch process $1 streams, as its own heartbeat says.
+streaming() {
+  local pid=$1 i beat
+  for i in $(seq 300); do
+    kill -0 "$pid" 2>/dev/null || die "the watcher $pid ended; see $OUT/watch.log"
+    beat=$(redis-cli -p "${PORTS[0]}" -c GET "${CACHEWRIGHT_STATUS_PREFIX}health:current")
+    python3 -c 'import json,sys; b=json.loads(sys.argv[1] or "{}"); sys.exit(0 if b.get("pid")==int(sys.argv[2]) and b.get("streaming") else 1)' \
+      "$beat" "$pid" && return 0
+    sleep 0.1
+  done
+  die "the watcher $pid did not stream within 30 s; see $OUT/watch.log"
+}
+
+watch_pid=
+trap '[ -n "$watch_pid" ] && kill -9 "$watch_pid" 2>/dev/null' EXIT
+start_watch() {
+  "$BIN" watch --window-ms 50 >>"$OUT/watch.log" 2>&1 &
+  watch_pid=$!
+  streaming "$watch_pid"
+}
+
+for seed in $(seq "$FIRST" $((FIRST + COUNT - 1))); do
+  for p in "${PORTS[@]}"; do redis-cli -p "$p" FLUSHALL >/dev/null; done
+  : >"$OUT/watch.log"
+  checker generate --seed "$seed" --videos "$VIDEOS" >/dev/null
+  "$BIN" rebuild >"$OUT/rebuild.txt" 2>"$OUT/rebuild.log" || die "seed $seed: the rebuild failed; see $OUT/rebuild.log"
+  checker check >"$OUT/diff.txt" 2>&1 || { cat "$OUT/diff.txt"; die "seed $seed: the rebuild differs"; }
+  start_watch
+  checker mutate --seed $((seed * 10 + 1)) --changes 300 --videos "$VIDEOS" >/dev/null
+  agrees "seed $seed, a round of changes"
+  checker mutate --seed $((seed * 10 + 2)) --changes 300 --videos "$VIDEOS" >/dev/null
+  kill -9 "$watch_pid"; wait "$watch_pid" 2>/dev/null || true
+  checker mutate --seed $((seed * 10 + 3)) --changes 100 --videos "$VIDEOS" >/dev/null
+  start_watch
+  agrees "seed $seed, after a kill -9 and a restart"
+  kill -TERM "$watch_pid"; wait "$watch_pid" 2>/dev/null || die "seed $seed: the watcher did not stop cleanly"
+  watch_pid=
+  say "seed $seed: the rebuild and the watcher agree with the independent reading"
+done
+say "$COUNT seeds from $FIRST agree ($VIDEOS videos, $SETUP)"

@@ -44,19 +44,20 @@ checker() { python3 scripts/contract_check.py "$@"; }
 # Waits until Redis agrees with the checker, up to 90 s; otherwise prints
 # the differences and stops.
 agrees() {
-  local what=$1 i
-  for i in $(seq 300); do
-    checker check >"$OUT/diff.txt" 2>&1 && return 0
+  local what=$1 deadline=$((SECONDS + 90))
+  until checker check >"$OUT/diff.txt" 2>&1; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      cat "$OUT/diff.txt"
+      die "$what: the cache still differs from the independent reading of the contract (log: $OUT/watch.log)"
+    fi
     sleep 0.3
   done
-  cat "$OUT/diff.txt"
-  die "$what: the cache still differs from the independent reading of the contract (log: $OUT/watch.log)"
 }
 
 # Waits until the watch process $1 streams, as its own heartbeat says.
 streaming() {
-  local pid=$1 i beat
-  for i in $(seq 300); do
+  local pid=$1 beat deadline=$((SECONDS + 30))
+  while [ "$SECONDS" -lt "$deadline" ]; do
     kill -0 "$pid" 2>/dev/null || die "the watcher $pid ended; see $OUT/watch.log"
     beat=$(redis-cli -p "${PORTS[0]}" -c GET "${CACHEWRIGHT_STATUS_PREFIX}health:current")
     python3 -c 'import json,sys; b=json.loads(sys.argv[1] or "{}"); sys.exit(0 if b.get("pid")==int(sys.argv[2]) and b.get("streaming") else 1)' \

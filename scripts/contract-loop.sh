@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # The independent reading of the contract (scripts/contract_check.py) over
 # many seeds, against the release binary run as its own process:
-#   scripts/contract-loop.sh [FIRST_SEED] [COUNT] [VIDEOS] [single|cluster]
-#                        (default seed 100, 10 seeds, 1500 videos, single)
+#   scripts/contract-loop.sh [FIRST_SEED] [COUNT] [VIDEOS] [single|cluster] [watch|serve]
+#                        (default seed 100, 10 seeds, 1500 videos, single, watch)
 # Per seed: fresh hostile data (database `hostile` on the benchmarks'
 # SecantusDB, 27117), an emptied Redis (16400, or the benchmarks' cluster
 # on 17001-17003), `cachewright rebuild`, a check; then a `cachewright
 # watch` process: a round of changes and a check once it has applied
 # them; a round and a `kill -9` as soon as it is made; a round while it is
 # down; a restart and a check. Home sections of 5, so that their cut falls
-# inside ties. Stops at the first difference and prints it; running the
+# inside ties. With `serve`, the process is `cachewright serve` instead,
+# its scheduled jobs every few seconds (a full rebuild every 20 s, the
+# index families' refresh every 10 s, the counts' every 7 s), so changes
+# land before, during and after jobs, and the kill may fall inside one.
+# Stops at the first difference and prints it; running the
 # script again from that seed replays it. The test suite runs the same
 # sequence on two seeds (tests/contract_check.rs); this runs it on as many
 # as you have time for.
@@ -19,6 +23,7 @@ FIRST="${1:-100}"
 COUNT="${2:-10}"
 VIDEOS="${3:-1500}"
 SETUP="${4:-single}"
+MODE="${5:-watch}"
 RUN_DIR="$ROOT/target/bench-servers"
 OUT="$ROOT/target/contract-loop"
 mkdir -p "$OUT"
@@ -40,6 +45,31 @@ export CACHEWRIGHT_STATUS_PREFIX="hostile-status:" CACHEWRIGHT_HOME_LIMIT=5
 # within seconds.
 export CACHEWRIGHT_LEASE_SECONDS=2
 checker() { python3 scripts/contract_check.py "$@"; }
+case "$MODE" in
+  watch) RUN=(watch --window-ms 50) ;;
+  serve)
+    mkdir -p "$OUT/schedules"
+    cat >"$OUT/schedules/fast.toml" <<'TOML'
+[[schedule]]
+name = "full-rebuild"
+cron = "*/20 * * * * *"
+job = "rebuild"
+
+[[schedule]]
+name = "index-refresh"
+cron = "5,15,25,35,45,55 * * * * *"
+job = "refresh"
+families = ["video:category:index", "video:category:list", "video:tag:list", "video:list:home", "tag:search"]
+
+[[schedule]]
+name = "count-refresh"
+cron = "*/7 * * * * *"
+job = "refresh"
+families = ["category:video:count"]
+TOML
+    RUN=(serve --schedules "$OUT/schedules" --http 127.0.0.1:3099 --window-ms 50) ;;
+  *) die "mode must be watch or serve, not $MODE" ;;
+esac
 
 # Waits until Redis agrees with the checker, up to 90 s; otherwise prints
 # the differences and stops.
@@ -54,13 +84,14 @@ agrees() {
   done
 }
 
-# Waits until the watch process $1 streams, as its own heartbeat says.
+# Waits until the process $1 streams, as its own heartbeat says (under
+# `serve`, its watcher's part of it).
 streaming() {
   local pid=$1 beat deadline=$((SECONDS + 30))
   while [ "$SECONDS" -lt "$deadline" ]; do
     kill -0 "$pid" 2>/dev/null || die "the watcher $pid ended; see $OUT/watch.log"
     beat=$(redis-cli -p "${PORTS[0]}" -c GET "${CACHEWRIGHT_STATUS_PREFIX}health:current")
-    python3 -c 'import json,sys; b=json.loads(sys.argv[1] or "{}"); sys.exit(0 if b.get("pid")==int(sys.argv[2]) and b.get("streaming") else 1)' \
+    python3 -c 'import json,sys; b=json.loads(sys.argv[1] or "{}"); w=b.get("watcher", b); sys.exit(0 if b.get("pid")==int(sys.argv[2]) and w.get("streaming") else 1)' \
       "$beat" "$pid" && return 0
     sleep 0.1
   done
@@ -70,7 +101,7 @@ streaming() {
 watch_pid=
 trap '[ -n "$watch_pid" ] && kill -9 "$watch_pid" 2>/dev/null' EXIT
 start_watch() {
-  "$BIN" watch --window-ms 50 >>"$OUT/watch.log" 2>&1 &
+  "$BIN" "${RUN[@]}" >>"$OUT/watch.log" 2>&1 &
   watch_pid=$!
   streaming "$watch_pid"
 }
@@ -91,6 +122,6 @@ for seed in $(seq "$FIRST" $((FIRST + COUNT - 1))); do
   agrees "seed $seed, after a kill -9 and a restart"
   kill -TERM "$watch_pid"; wait "$watch_pid" 2>/dev/null || die "seed $seed: the watcher did not stop cleanly"
   watch_pid=
-  say "seed $seed: the rebuild and the watcher agree with the independent reading"
+  say "seed $seed: the rebuild and the $MODE process agree with the independent reading"
 done
-say "$COUNT seeds from $FIRST agree ($VIDEOS videos, $SETUP)"
+say "$COUNT seeds from $FIRST agree ($VIDEOS videos, $SETUP, $MODE)"

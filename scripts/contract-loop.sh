@@ -14,9 +14,10 @@
 # index families' refresh every 10 s, the counts' every 7 s), so changes
 # land before, during and after jobs, and the kill may fall inside one.
 # Stops at the first difference and prints it; running the
-# script again from that seed replays it. The test suite runs the same
-# sequence on two seeds (tests/contract_check.rs); this runs it on as many
-# as you have time for.
+# script again from that seed replays it. The test suite runs a shorter
+# form of this sequence (150 and 40 changes, `watch` only) on three seeds,
+# two on one node and one on a cluster (tests/contract_check.rs); this
+# runs it on as many as you have time for.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 FIRST="${1:-100}"

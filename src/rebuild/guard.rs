@@ -73,6 +73,16 @@ impl GuardPolicy {
         })
     }
 
+    /// The share check of a run's sweep: `doomed` stale keys against what
+    /// the families hold once the run's `written` keys have landed (the
+    /// stale ones and every key written). Not against what the sweep's
+    /// scan counted: it runs beside the writes and sees however many have
+    /// landed by then, so on a small keyspace it could see none of them
+    /// and refuse to delete a few stale keys.
+    pub fn check_sweep_after_writes(&self, doomed: u64, written: u64) -> Result<(), GuardError> {
+        self.check_sweep(doomed, doomed + written)
+    }
+
     /// The share check, before a sweep.
     pub fn check_sweep(&self, doomed: u64, existing: u64) -> Result<(), GuardError> {
         if self.force || existing == 0 {
@@ -116,6 +126,18 @@ mod tests {
         assert!(POLICY.check_sweep(0, 0).is_ok());
         assert!(GuardPolicy { force: true, ..POLICY }.check_sweep(100, 100).is_ok());
         assert!(GuardPolicy { max_share: 1.0, force: false }.check_sweep(100, 100).is_ok());
+    }
+
+    /// The verdict is the same whatever a scan beside the writes saw: a
+    /// few stale keys beside a run that wrote hundreds pass, and a run
+    /// that wrote fewer keys than it would delete is refused.
+    #[test]
+    fn a_sweep_is_judged_against_the_keys_once_written() {
+        assert!(POLICY.check_sweep_after_writes(4, 300).is_ok());
+        let err = POLICY.check_sweep_after_writes(4, 0).unwrap_err();
+        assert_eq!(err, GuardError::MassDelete { doomed: 4, existing: 4, share: 100.0, max: 50.0 });
+        assert!(POLICY.check_sweep_after_writes(30, 10).is_err());
+        assert!(POLICY.check_sweep_after_writes(0, 0).is_ok());
     }
 
     #[test]

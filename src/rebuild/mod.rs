@@ -468,25 +468,18 @@ async fn run_pipeline(
         // judges every key as it comes.
         None => sink.find_stale(&ctx.keys, opts.families, &produced, opts.sweep_cap).await?,
     };
-    // The guard's share is of the keys the families hold once this run's
-    // writes have landed: the stale ones and every key it wrote (a pass
-    // after the writes counts exactly those). The early scan ran beside
-    // the writes and saw however many had landed by then, so its own
-    // count made the verdict depend on timing: on a small keyspace it
-    // could see none of them and refuse to delete a few stale keys.
-    let existing = stale.total() + written.ops;
     let (not_utf8, scanned) = (stale.not_utf8, stale.scanned);
     let sweep = match nothing_before {
         true => summary::Sweep::Skipped,
         false => summary::Sweep::Scanned(scanned),
     };
-    if let Err(refused) = policy.check_sweep(stale.total(), existing) {
+    if let Err(refused) = policy.check_sweep_after_writes(stale.total(), written.ops) {
         return Err(refused.into());
     }
     let mut deleted = BTreeMap::new();
     if opts.dry_run {
         let real = GuardPolicy { max_share: cfg.sweep_max_share, force: opts.allow_mass_delete };
-        if let Err(refused) = real.check_sweep(stale.total(), existing) {
+        if let Err(refused) = real.check_sweep_after_writes(stale.total(), written.ops) {
             tracing::warn!(reason = %refused, "a real run would refuse to sweep");
         }
         deleted = stale.by_family;

@@ -173,28 +173,36 @@ impl VideoTable {
     }
 
     /// Claims a written id in cursor order: its position, or `None` when
-    /// an earlier document had it (this one is a duplicate).
+    /// an earlier document had it (this one is a duplicate). One probe
+    /// of the table: the id is hashed once and its slot, when free, is
+    /// the one the lookup ended on (a lookup and a separate insert were
+    /// two cache misses a video at this size).
     pub fn claim(&mut self, id: &str) -> Option<u32> {
         let wid = Wid::new(id);
-        if self.find(wid.as_ref()).is_some() {
-            return None;
-        }
+        let hash = self.hash(wid.as_ref());
         let at = u32::try_from(self.recs.len()).expect("fewer than 4 billion videos");
+        let Self { seen, recs, texts, .. } = self;
+        let slot = {
+            let (recs, texts) = (&*recs, &*texts);
+            seen.entry(
+                hash,
+                |&other| written_id(recs, texts, other) == wid.as_ref(),
+                |&other| rustc_hash::FxBuildHasher.hash_one(written_id(recs, texts, other)),
+            )
+        };
+        let hashbrown::hash_table::Entry::Vacant(slot) = slot else { return None };
         let (bytes, flags) = match &wid {
             Wid::Hex(bytes) => (*bytes, 0),
             Wid::Text(text) => {
-                let n = u32::try_from(self.texts.len()).expect("fewer than 4 billion text ids");
-                self.texts.push((**text).clone());
+                let n = u32::try_from(texts.len()).expect("fewer than 4 billion text ids");
+                texts.push((**text).clone());
                 let mut bytes = [0; 12];
                 bytes[..4].copy_from_slice(&n.to_le_bytes());
                 (bytes, TEXT)
             }
         };
-        self.recs.push(Rec { added_ms: 0, refs_at: 0, id: bytes, flags });
-        let hash = self.hash(wid.as_ref());
-        let Self { seen, recs, texts, .. } = self;
-        let rehash = |&at: &u32| rustc_hash::FxBuildHasher.hash_one(written_id(recs, texts, at));
-        seen.insert_unique(hash, at, rehash);
+        recs.push(Rec { added_ms: 0, refs_at: 0, id: bytes, flags });
+        slot.insert(at);
         Some(at)
     }
 

@@ -170,7 +170,8 @@ pub fn is_ambiguous(err: &redis::RedisError) -> bool {
 /// the epoch is still its own, then `MULTI … EXEC`: Redis applies the
 /// batch only if no take-over raised the epoch in between. `WATCH` is
 /// per connection, so fenced writes use connections of their own, one
-/// batch at a time each. On a Redis Cluster, writes are cut by slot and
+/// batch at a time each, which the sending task reads itself
+/// ([`fence::wire`]). On a Redis Cluster, writes are cut by slot and
 /// fenced by the epoch's copy in each slot instead (see [`cluster`]).
 #[derive(Clone)]
 pub struct Sink {
@@ -182,7 +183,7 @@ pub struct Sink {
     /// How long a request may go unanswered (fenced connections).
     timeout: Duration,
     /// Each with the epoch its `WATCH` was armed under.
-    exclusive: std::sync::Arc<std::sync::Mutex<Vec<(u64, redis::aio::MultiplexedConnection)>>>,
+    exclusive: std::sync::Arc<std::sync::Mutex<Vec<(u64, fence::wire::Exclusive)>>>,
     fence: Option<Fence>,
     ttl: TierSeconds,
     jitter: f64,
@@ -585,11 +586,7 @@ impl Sink {
 
     /// A connection no other task uses while it is out, watching the epoch
     /// key since a moment the epoch was ours; `None` when it no longer is.
-    async fn checkout_watched(
-        &self,
-        fence: &Fence,
-        epoch: u64,
-    ) -> redis::RedisResult<Option<redis::aio::MultiplexedConnection>> {
+    async fn checkout_watched(&self, fence: &Fence, epoch: u64) -> redis::RedisResult<Option<fence::wire::Exclusive>> {
         loop {
             let pooled = self.exclusive.lock().unwrap_or_else(|e| e.into_inner()).pop();
             match pooled {
@@ -600,10 +597,7 @@ impl Sink {
                 None => break,
             }
         }
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(5)))
-            .set_response_timeout(Some(self.timeout));
-        let mut conn = self.node_client().get_multiplexed_async_connection_with_config(&config).await?;
+        let mut conn = fence::wire::Exclusive::connect(&self.node_client(), self.timeout).await?;
         let (current,): (Option<u64>,) = redis::pipe()
             .cmd("WATCH")
             .arg(&fence.key)
@@ -615,7 +609,7 @@ impl Sink {
         Ok((current == Some(epoch)).then_some(conn))
     }
 
-    fn checkin(&self, epoch: u64, conn: redis::aio::MultiplexedConnection) {
+    fn checkin(&self, epoch: u64, conn: fence::wire::Exclusive) {
         self.exclusive.lock().unwrap_or_else(|e| e.into_inner()).push((epoch, conn));
     }
 

@@ -1,3 +1,4 @@
 //! Fencing and the writer lease: who may write, under which epoch.
 
 pub mod lease;
+pub mod wire;

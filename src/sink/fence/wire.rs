@@ -37,10 +37,8 @@ impl Exclusive {
     /// timeout does.
     pub async fn connect(client: &redis::Client, timeout: Duration) -> RedisResult<Exclusive> {
         let info = client.get_connection_info();
-        let settings = info.redis_settings();
-        if let (ConnectionAddr::Tcp(host, port), ProtocolVersion::RESP2) = (info.addr(), settings.protocol()) {
-            let raw = RawConn::connect(host, *port, settings, timeout).await?;
-            return Ok(Exclusive::Raw(raw));
+        if let Some((host, port)) = raw_address(info) {
+            return Ok(Exclusive::Raw(RawConn::connect(host, port, info.redis_settings(), timeout).await?));
         }
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
@@ -50,6 +48,14 @@ impl Exclusive {
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where the raw connection may go: plain TCP spoken in RESP2.
+fn raw_address(info: &redis::ConnectionInfo) -> Option<(&str, u16)> {
+    match (info.addr(), info.redis_settings().protocol()) {
+        (ConnectionAddr::Tcp(host, port), ProtocolVersion::RESP2) => Some((host, *port)),
+        _ => None,
+    }
+}
 
 impl ConnectionLike for Exclusive {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
@@ -308,6 +314,21 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Plain TCP in RESP2 goes raw (what every fault test through a
+    /// proxy then runs through); TLS, a Unix socket and RESP3 do not.
+    #[test]
+    fn only_plain_tcp_in_resp2_goes_raw() {
+        let address = |url: &str| {
+            let client = redis::Client::open(url).unwrap();
+            raw_address(client.get_connection_info()).map(|(host, port)| format!("{host}:{port}"))
+        };
+        assert_eq!(address("redis://127.0.0.1:6390").as_deref(), Some("127.0.0.1:6390"));
+        assert_eq!(address("redis://user:pw@redis.internal:6379/2").as_deref(), Some("redis.internal:6379"));
+        assert_eq!(address("rediss://127.0.0.1:6390"), None);
+        assert_eq!(address("redis+unix:///tmp/redis.sock"), None);
+        assert_eq!(address("redis://127.0.0.1:6390/?protocol=resp3"), None);
     }
 
     #[test]

@@ -636,6 +636,69 @@ async fn deletes_while_the_watcher_is_killed_are_removed_after_it_restarts() {
     assert_same_as_rebuild(&s.mongo.uri(), &s.redis.url(), &name, &prefix, 9).await;
 }
 
+/// A `cachewright watch` process killed while a batch of its own is on
+/// the wire: the proxy holds the transaction that writes a changed
+/// video's detail, so the `kill -9` lands after the batch was sent and
+/// before its reply, every time. A new process takes over, and only then
+/// does the held transaction reach Redis: Redis refuses it (`EXEC`
+/// answers nil, since the take-over raised the epoch the connection
+/// watches), and the successor's catch-up leaves the cache equal to a
+/// fresh rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_killed_with_a_batch_on_the_wire_lands_nothing_late() {
+    let _serial = SERIAL.lock().await;
+    let s = common::shared();
+    let name = common::unique("watchwire");
+    let prefix = format!("w{name}");
+    let direct = watch_env(&name, &prefix).config();
+    let mut d = data(&direct, 11).await;
+    d.seed().await;
+    let proxy = common::proxy::Proxy::start(s.redis.port).await;
+    let proxied = Config { redis_url: proxy.redis_url(), ..direct.clone() };
+    let mut child = common::watcher::spawn_process(&proxied);
+    common::watcher::process_streaming(&direct, child.id()).await;
+
+    let videos = d.db.collection::<Document>("VideoMedia");
+    let video = videos.find_one(doc! {}).await.unwrap().expect("the data set has videos");
+    let id = video.get("_id").cloned().expect("a video has an _id");
+    // The new title travels only in the write of the video's detail (the
+    // watcher's reads of the key before it name the key, not the title).
+    let title = format!("held on the wire {name}");
+    proxy.hold_on(title.as_bytes());
+    videos.update_one(doc! {"_id": id}, doc! {"$set": {"title": &title}}).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), proxy.wait_held()).await.expect("the batch's write was held");
+    let _ = std::process::Command::new("kill").args(["-9", &child.id().to_string()]).status();
+    let _ = child.wait();
+
+    d.changes(10).await;
+    let mut child = common::watcher::spawn_process(&proxied);
+    common::watcher::process_streaming(&direct, child.id()).await;
+    proxy.release_held();
+    // `MULTI`'s `+OK`, a `+QUEUED` a command, then `EXEC`'s answer: the
+    // only array among them (nil when refused).
+    let exec = |replies: &[u8]| {
+        let replies = String::from_utf8_lossy(replies).into_owned();
+        replies.split("\r\n").find(|line| line.starts_with('*')).map(str::to_string)
+    };
+    common::wait_for("the held transaction's answer", Duration::from_secs(10), || {
+        let answered = exec(&proxy.held_replies()).is_some();
+        async move { answered }
+    })
+    .await;
+    let replies = proxy.held_replies();
+    assert_eq!(
+        exec(&replies).as_deref(),
+        Some("*-1"),
+        "the dead process's transaction landed after the take-over: {:?}",
+        String::from_utf8_lossy(&replies)
+    );
+
+    d.settle(&s.redis.url(), &prefix).await;
+    let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    assert!(child.wait().unwrap().success(), "the successor stops cleanly on SIGTERM");
+    assert_same_as_rebuild(&s.mongo.uri(), &s.redis.url(), &name, &prefix, 11).await;
+}
+
 /// The data keys each `MULTI`/`EXEC` of a MONITOR log wrote, per
 /// transaction, for keys under `prefix`. Commands are grouped by the
 /// client that sent them, between its `MULTI` and its `EXEC`.

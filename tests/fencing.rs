@@ -282,6 +282,42 @@ async fn a_fenced_write_after_a_cut_does_not_retry_through_dead_pooled_connectio
     lease.release().await;
 }
 
+/// A scan's page cut on the wire: on one node the pass runs on a
+/// connection of its own, and the retry of the cut page must go out on a
+/// new one (the cut one is gone) and the pass still find every key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_cut_mid_pass_starts_again_on_a_new_connection_and_finds_every_key() {
+    use cachewright::keys::Keys;
+    use cachewright::registry::FamilyId;
+    use cachewright::sink::Sink;
+    let s = common::shared();
+    let proxy = Proxy::start(s.redis.port).await;
+    let name = common::unique("scancut");
+    let direct = common::TestEnv::named(&name).config();
+    let cfg = Config { redis_url: proxy.redis_url(), ..direct.clone() };
+    let keys = Keys::new(cfg.prefix.clone());
+    let mut conn = common::redis_conn(&s.redis.url()).await;
+    let mut pipe = redis::pipe();
+    for i in 0..2500 {
+        pipe.cmd("SET").arg(keys.key(FamilyId::VideoDetail, &[&format!("v{i}")]).text).arg("{}").ignore();
+    }
+    let _: () = pipe.query_async(&mut conn).await.unwrap();
+    let sink = Sink::connect(&cfg.redis()).await.unwrap();
+
+    proxy.hold_on(b"SCAN");
+    let scan = {
+        let (sink, keys) = (sink.clone(), keys.clone());
+        tokio::spawn(async move { sink.scan_existing(&keys, FamilySet::all()).await })
+    };
+    tokio::time::timeout(Duration::from_secs(30), proxy.wait_held()).await.expect("a page was held");
+    // The held page can never be answered now: a pass that ends sent it
+    // again, on a connection opened after the cut.
+    proxy.cut(false);
+    let found = scan.await.unwrap().expect("the pass survives the cut");
+    assert_eq!(found.keys.len(), 2500, "every key was found once");
+    assert!(found.keys.iter().all(|(family, _)| *family == FamilyId::VideoDetail));
+}
+
 /// An acquisition whose reply was lost took the lease already; sent again
 /// under the same holder token (as `acquire_waiting` and the cluster
 /// router do), it finds the lease its own and answers the same epoch,

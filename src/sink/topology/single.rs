@@ -60,4 +60,15 @@ impl Topology for Single {
     fn node_client(&self) -> Option<redis::Client> {
         Some(self.client.clone())
     }
+
+    /// On a connection of the scan's own: nothing else shares it, so the
+    /// pages need no connection task and parse with the raw reader.
+    fn scan<'a>(
+        &'a self,
+        sink: &'a crate::sink::Sink,
+        glob: &'a str,
+        found: tokio::sync::mpsc::Sender<crate::sink::cluster_io::Scanned>,
+    ) -> super::conn::Seam<'a, ()> {
+        Box::pin(sink.scan_own_connection(glob, found))
+    }
 }

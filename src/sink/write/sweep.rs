@@ -13,6 +13,7 @@ use crate::registry::FamilyId;
 use crate::sample::Reservoir;
 use crate::sink::SinkError;
 use crate::sink::cluster_io::Scanned;
+use crate::sink::fence::wire::Exclusive;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -193,13 +194,55 @@ impl crate::sink::Sink {
         glob: &str,
         found: &tokio::sync::mpsc::Sender<Scanned>,
     ) -> Result<(), SinkError> {
+        self.scan_pages(glob, found, |cmd| async move { self.on_node(node, &cmd).await }).await
+    }
+
+    /// One SCAN pass over one node on a connection of its own
+    /// ([`crate::sink::fence::wire`]), the one-node answer of
+    /// [`crate::sink::Topology::scan`]. A page is one reply of a thousand
+    /// names; through the shared connection each went through the
+    /// driver's streaming parser, about a tenth of a warm rebuild's CPU at
+    /// 58K (ARCHITECTURE.md, "Where the rebuild's CPU goes"). A request
+    /// that fails drops the connection; the retry connects afresh.
+    pub(in crate::sink) async fn scan_own_connection(
+        &self,
+        glob: &str,
+        found: tokio::sync::mpsc::Sender<Scanned>,
+    ) -> Result<(), SinkError> {
+        let own = std::sync::Mutex::new(None);
+        let own = &own;
+        self.scan_pages(glob, &found, |cmd| async move {
+            let kept = own.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let mut conn = match kept {
+                Some(conn) => conn,
+                None => Exclusive::connect(&self.node_client(), self.timeout).await?,
+            };
+            let reply = cmd.query_async::<redis::Value>(&mut conn).await?;
+            *own.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn);
+            Ok(reply)
+        })
+        .await
+    }
+
+    /// The SCAN pass both of the above make, each page sent by `request`
+    /// (retried as every request is).
+    async fn scan_pages<F, Fut>(
+        &self,
+        glob: &str,
+        found: &tokio::sync::mpsc::Sender<Scanned>,
+        request: F,
+    ) -> Result<(), SinkError>
+    where
+        F: Fn(redis::Cmd) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<redis::Value>>,
+    {
         let mut cursor: u64 = 0;
         loop {
             let mut cmd = redis::cmd("SCAN");
             cmd.arg(cursor).arg("MATCH").arg(glob).arg("COUNT").arg(SCAN_COUNT);
             let reply = self
                 .retry
-                .run(|| self.on_node(node, &cmd))
+                .run(|| request(cmd.clone()))
                 .await
                 .map_err(|(attempts, source)| SinkError::Scan { attempts, source })?;
             let (next, batch): (u64, Vec<Vec<u8>>) =

@@ -326,7 +326,9 @@ pub fn same_servers(before: &str, now: &str) -> bool {
     }
 }
 
-fn timed_out() -> redis::RedisError {
+/// A request or a connection that got no answer in time, as the driver
+/// reports one (retriable, and ambiguous for a write).
+pub(in crate::sink) fn timed_out() -> redis::RedisError {
     redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, "connection timed out"))
 }
 

@@ -201,9 +201,10 @@ impl crate::sink::Sink {
     /// ([`crate::sink::fence::wire`]), the one-node answer of
     /// [`crate::sink::Topology::scan`]. A page is one reply of a thousand
     /// names; through the shared connection each went through the
-    /// driver's streaming parser, about a tenth of a warm rebuild's CPU at
-    /// 58K (ARCHITECTURE.md, "Where the rebuild's CPU goes"). A request
-    /// that fails drops the connection; the retry connects afresh.
+    /// driver's streaming parser, about a tenth of a warm rebuild's CPU
+    /// while Redis held a million keys under the prefix (ARCHITECTURE.md,
+    /// "Where the rebuild's CPU goes"). A request that fails drops the
+    /// connection; the retry connects afresh.
     pub(in crate::sink) async fn scan_own_connection(
         &self,
         glob: &str,

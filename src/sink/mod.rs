@@ -194,6 +194,9 @@ pub struct Sink {
     unit_cost: usize,
     /// Keys one write transaction may carry (`write_batch_ops`).
     max_keys: usize,
+    /// Whether collections are replaced by `RESTORE` (see
+    /// [`Sink::may_restore`]); set once, before the first write.
+    restore: bool,
 }
 
 fn connect_error(settings: &RedisSettings) -> impl Fn(redis::RedisError) -> SinkError + '_ {
@@ -360,6 +363,7 @@ impl Sink {
             unit_cost: topology.unit_cost(settings.write_batch_cost),
             max_keys: settings.write_batch_ops,
             timeout: Duration::from_secs(settings.timeout_seconds),
+            restore: false,
         };
         redis::cmd("PING").query_async::<()>(&mut sink.conn).await.map_err(connect_err)?;
         tracing::debug!(topology = topology.name(), masters = topology.masters().len(), "connected to Redis");
@@ -388,10 +392,11 @@ impl Sink {
     /// and, for writers, that Redis will not evict control records (see
     /// [`acl`]), before the caller writes anything.
     pub async fn connect_for(settings: &RedisSettings, access: Access) -> Result<Sink, SinkError> {
-        let sink = Sink::connect(settings).await?;
+        let mut sink = Sink::connect(settings).await?;
         sink.check_access(settings, access).await?;
         if access == Access::Write {
             sink.check_eviction(settings.allow_eviction).await?;
+            sink.restore = sink.may_restore(settings).await;
         }
         Ok(sink)
     }
@@ -448,7 +453,10 @@ impl Sink {
         if whole.is_empty() && !ops.is_empty() {
             return Ok(());
         }
-        self.send_with(|unit| pipeline::add_ops(unit, whole, &self.ttl, self.jitter, rand::random::<f64>)).await
+        self.send_with(|unit| {
+            pipeline::add_ops(unit, whole, &self.ttl, self.jitter, rand::random::<f64>, self.replace())
+        })
+        .await
     }
 
     /// Sends the unit `body` builds, like [`Sink::send`].
@@ -628,7 +636,15 @@ impl Sink {
 
     /// Appends `changes` with this sink's TTLs and jitter to `unit`.
     fn add_changes<'a>(&self, unit: &mut Unit, changes: impl IntoIterator<Item = &'a crate::plan::Change>) {
-        pipeline::add_changes(unit, changes, &self.ttl, self.jitter, rand::random::<f64>);
+        pipeline::add_changes(unit, changes, &self.ttl, self.jitter, rand::random::<f64>, self.replace());
+    }
+
+    /// How this sink replaces a collection whole.
+    fn replace(&self) -> pipeline::Replace {
+        match self.restore {
+            true => pipeline::Replace::Restore,
+            false => pipeline::Replace::Commands,
+        }
     }
 
     /// The server's `run_id`, which changes when Redis restarts; on a

@@ -293,3 +293,57 @@ mod tests {
         }
     }
 }
+
+impl Sink {
+    /// Whether this user may replace collections with one `RESTORE`
+    /// each (`write::dump`) instead of `UNLINK`, adds and `EXPIRE`: the
+    /// ACL allows it (a probe queued in `MULTI` and discarded, as
+    /// [`Sink::check_access`] does) and every master runs Redis 5.0 or
+    /// later, whose format the values use (Valkey reports its Redis
+    /// version there too). `RESTORE` is optional: it sits in ACL
+    /// category `@dangerous`, which deployments often deny, and
+    /// `cachewright acl` does not grant it. Any doubt keeps the commands.
+    pub async fn may_restore(&self, settings: &RedisSettings) -> bool {
+        let key = format!("{}cachewright-acl-probe", settings.prefix);
+        let Some(value) = crate::sink::write::dump::payload(&crate::plan::Value::Set(vec!["x".into()])) else {
+            return false;
+        };
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("MULTI");
+        pipe.cmd("RESTORE").arg(&key).arg(1000).arg(value.as_slice()).arg("REPLACE");
+        pipe.cmd("DISCARD");
+        let allowed = match self.query_one_node(&pipe).await {
+            Ok(replies) => replies.get(1).is_some_and(|r| !matches!(r, redis::Value::ServerError(_))),
+            Err(_) => false,
+        };
+        let recent = match self.topology().infos(self, &["server"]).await {
+            Ok(infos) => {
+                let version = |info: &str| crate::sink::info_value(info, "redis_version").is_some_and(loads_the_values);
+                !infos.is_empty() && infos.iter().all(|(_, info)| version(info))
+            }
+            Err(_) => false,
+        };
+        tracing::debug!(allowed, recent, "replacing collections with RESTORE: {}", allowed && recent);
+        allowed && recent
+    }
+}
+
+/// Whether a Redis of `version` (`INFO server`'s `redis_version`) loads
+/// the values `RESTORE` is given: 5.0 or later.
+fn loads_the_values(version: &str) -> bool {
+    version.split('.').next().and_then(|major| major.parse::<u32>().ok()).is_some_and(|major| major >= 5)
+}
+
+#[cfg(test)]
+mod restore_tests {
+    use super::loads_the_values;
+
+    #[test]
+    fn redis_5_and_later_load_the_values() {
+        assert!(loads_the_values("7.0.15"));
+        assert!(loads_the_values("5.0.0"));
+        assert!(!loads_the_values("4.0.14"));
+        assert!(!loads_the_values("unknown"));
+    }
+}

@@ -1,6 +1,7 @@
 //! Writing: atomic units built from operations, stages for collections too
 //! big for one unit, the rebuild's writer task, and the sweep.
 
+pub mod dump;
 pub mod pipeline;
 pub mod stage;
 pub mod sweep;

@@ -3,6 +3,7 @@
 use crate::config::TierSeconds;
 use crate::plan::patch::{Edit, Patch};
 use crate::plan::{Change, Op, Value};
+use crate::sink::write::dump;
 use crate::sink::write::unit::{Step, Unit};
 
 /// Members per variadic command, so no single command grows unbounded.
@@ -23,7 +24,7 @@ pub fn build_pipeline(ops: &[Op], ttl: &TierSeconds, jitter: f64, uniform: impl 
     let mut pipe = redis::pipe();
     pipe.atomic();
     let mut unit = Unit::new();
-    add_ops(&mut unit, ops, ttl, jitter, uniform);
+    add_ops(&mut unit, ops, ttl, jitter, uniform, Replace::Commands);
     unit.append_to(&mut pipe);
     pipe
 }
@@ -32,7 +33,7 @@ pub fn build_pipeline(ops: &[Op], ttl: &TierSeconds, jitter: f64, uniform: impl 
 /// the benchmark replays with `redis-cli --pipe` as the physical limit.
 pub fn build_commands(ops: &[Op], ttl: &TierSeconds, jitter: f64, uniform: impl FnMut() -> f64) -> redis::Pipeline {
     let mut unit = Unit::new();
-    add_ops(&mut unit, ops, ttl, jitter, uniform);
+    add_ops(&mut unit, ops, ttl, jitter, uniform, Replace::Commands);
     unit.into_pipeline()
 }
 
@@ -49,11 +50,12 @@ pub fn add_changes<'a>(
     ttl: &TierSeconds,
     jitter: f64,
     mut uniform: impl FnMut() -> f64,
+    replace: Replace,
 ) {
     let mut patches = Step::default();
     for change in changes {
         match change {
-            Change::Put(op) => add_ops(unit, std::slice::from_ref(op), ttl, jitter, &mut uniform),
+            Change::Put(op) => add_ops(unit, std::slice::from_ref(op), ttl, jitter, &mut uniform, replace),
             Change::Delete(key) => {
                 unit.cmd("UNLINK", &key.text);
             }
@@ -121,6 +123,16 @@ fn add_variadic(cmd: &mut redis::Cmd, edit: &Edit) {
     }
 }
 
+/// How a collection is replaced whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replace {
+    /// `UNLINK`, the adds, then `EXPIRE`.
+    Commands,
+    /// One `RESTORE key ttl value REPLACE` (see [`dump`]), for a user
+    /// the ACL allows it (see `acl::Sink::may_restore`).
+    Restore,
+}
+
 /// Appends the commands that replace every key of `ops` whole (see
 /// [`build_pipeline`]) to `unit`.
 ///
@@ -137,10 +149,15 @@ pub fn add_ops<'a>(
     ttl: &TierSeconds,
     jitter: f64,
     mut uniform: impl FnMut() -> f64,
+    replace: Replace,
 ) {
     let ops: Vec<&Op> = ops.into_iter().collect();
-    let collections: Vec<&str> =
-        ops.iter().filter(|op| !matches!(op.value, Value::String(_))).map(|op| op.key.text.as_str()).collect();
+    let collections: Vec<&str> = match replace {
+        Replace::Restore => Vec::new(),
+        Replace::Commands => {
+            ops.iter().filter(|op| !matches!(op.value, Value::String(_))).map(|op| op.key.text.as_str()).collect()
+        }
+    };
     let unlinked_first = collections.len() > 1 && distinct_keys(&ops);
     if unlinked_first {
         unit.unlink(&collections);
@@ -152,6 +169,16 @@ pub fn add_ops<'a>(
             Value::String(value) => {
                 // "EX" and the seconds: at most 2 + 20 bytes.
                 unit.cmd_with_room("SET", key, 3, value.len() + 22).arg(value).arg("EX").arg(seconds);
+            }
+            collection if replace == Replace::Restore => {
+                // `REPLACE` drops the old value as `UNLINK` would (off
+                // the main thread where `lazyfree-lazy-server-del` says).
+                let value = dump::payload(collection).unwrap_or_default();
+                let millis = seconds.saturating_mul(1000);
+                unit.cmd_with_room("RESTORE", key, 3, value.len() + 28)
+                    .arg(millis)
+                    .arg(value.as_slice())
+                    .arg("REPLACE");
             }
             collection => {
                 if !unlinked_first {
@@ -279,7 +306,7 @@ mod tests {
         ];
         let ttl = TierSeconds { count: 1, index: 2, detail: 3, catalog: 4 };
         let mut unit = Unit::new();
-        add_changes(&mut unit, &changes, &ttl, 0.0, || 0.0);
+        add_changes(&mut unit, &changes, &ttl, 0.0, || 0.0, Replace::Commands);
         let mut pipe = redis::pipe();
         pipe.atomic();
         unit.append_to(&mut pipe);
@@ -306,7 +333,7 @@ mod tests {
         let changes = vec![Change::Patch(Patch::new(list, 3, edits, 2)), Change::Patch(Patch::new(index, 3, zset, 0))];
         let ttl = TierSeconds { count: 1, index: 9, detail: 3, catalog: 4 };
         let mut unit = Unit::new();
-        add_changes(&mut unit, &changes, &ttl, 0.0, || 0.0);
+        add_changes(&mut unit, &changes, &ttl, 0.0, || 0.0, Replace::Commands);
         let cluster: Vec<String> =
             crate::sink::cluster::split(&unit).parts.iter().flat_map(|part| part.lines()).collect();
         assert_eq!(

@@ -233,3 +233,43 @@ async fn an_eviction_policy_that_may_evict_any_key_is_refused_unless_allowed() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(cache_equals_a_fresh_rebuild(&redis, &cfg).await);
 }
+
+/// `RESTORE` is optional: the documented rule does not grant it, and the
+/// collections are then written with `UNLINK`, adds and `EXPIRE`; a user
+/// granted it gets one `RESTORE` a collection. Either way the cache is
+/// the one a fresh rebuild writes, and every key has its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_is_used_when_granted_and_the_commands_otherwise() {
+    let name = common::unique("acl-restore");
+    let redis = redis_with_user(&format!("{name}:"), &format!("cw-{name}:"), &[]);
+    let cfg = config_as_user(&redis, &name);
+    common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    let admin = redis::Client::open(format!("redis://127.0.0.1:{}", redis.port)).unwrap();
+    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
+    let restores = |stats: String| {
+        let line = stats.lines().find(|l| l.starts_with("cmdstat_restore:"));
+        line.and_then(|l| l.split(['=', ',']).nth(1)?.parse::<u64>().ok()).unwrap_or(0)
+    };
+
+    for granted in [false, true] {
+        if granted {
+            let _: () =
+                redis::cmd("ACL").arg("SETUSER").arg("cw").arg("+restore").query_async(&mut admin).await.unwrap();
+        }
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut admin).await.unwrap();
+        let out = cli(&cfg, &["rebuild"]);
+        assert_eq!(out.status.code(), Some(0), "rebuild: {}", String::from_utf8_lossy(&out.stderr));
+        let stats: String = redis::cmd("INFO").arg("commandstats").query_async(&mut admin).await.unwrap();
+        match granted {
+            true => assert!(restores(stats) > 0, "a user granted RESTORE writes collections with it"),
+            false => assert_eq!(restores(stats), 0, "the documented rule does not grant RESTORE"),
+        }
+        assert!(cache_equals_a_fresh_rebuild(&redis, &cfg).await, "granted RESTORE: {granted}");
+        let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{name}:*")).query_async(&mut admin).await.unwrap();
+        assert!(!keys.is_empty());
+        for key in keys {
+            let ttl: i64 = redis::cmd("TTL").arg(&key).query_async(&mut admin).await.unwrap();
+            assert!(ttl > 0, "{key} has no TTL (granted RESTORE: {granted})");
+        }
+    }
+}

@@ -51,7 +51,8 @@ async fn write_resp(cfg: &Config, sink: &Sink, ops: &[crate::plan::Op], dir: &st
 
 pub async fn run(cfg: &Config, resp_dir: Option<&std::path::Path>) -> super::DevResult<BenchReport> {
     let source = Source::connect(&cfg.mongo()).await?;
-    let sink = Sink::connect(&cfg.redis()).await?;
+    // The rebuild's own way of writing, so that (b) is its write alone.
+    let sink = Sink::connect_writer(&cfg.redis()).await?;
 
     // (a) Read only: the same driver, cursors and batch size, in parallel.
     let started = Instant::now();

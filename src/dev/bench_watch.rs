@@ -322,7 +322,7 @@ pub async fn run(cfg: &Config, mix: Mix, seed: Option<u64>, rate: u64, seconds: 
     let (peak_rss_mib, process_peak_rss_mib) = (status_mib("VmHWM"), process_peak.max(status_mib("VmHWM")));
     let drain = match &hold {
         Some((hold, _)) => {
-            let sink = crate::sink::Sink::connect(&cfg.redis()).await?;
+            let sink = crate::sink::Sink::connect_writer(&cfg.redis()).await?;
             Some(drain(hold, &sink, &metrics, &mut changes, total + backlog).await)
         }
         None => None,

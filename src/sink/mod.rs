@@ -388,6 +388,15 @@ impl Sink {
         .map_err(connect_err)
     }
 
+    /// Connects a writer whose user was checked already (a watcher
+    /// starting again under a new lease, the benchmark's parts), choosing
+    /// how it replaces collections as [`Sink::connect_for`] does.
+    pub async fn connect_writer(settings: &RedisSettings) -> Result<Sink, SinkError> {
+        let mut sink = Sink::connect(settings).await?;
+        sink.restore = sink.may_restore(settings).await;
+        Ok(sink)
+    }
+
     /// Connects, then checks that the user may do what `access` needs
     /// and, for writers, that Redis will not evict control records (see
     /// [`acl`]), before the caller writes anything.

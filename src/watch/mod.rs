@@ -206,7 +206,10 @@ pub async fn run_fenced(
     // permissions before taking the lease; a restart need not again.
     let (sink, source) = match &opts.edges {
         Some(edges) => (edges.sink.clone(), edges.source.clone()),
-        None => (Sink::connect(&cfg.redis()).await?.fenced(fence.clone()).await?, Source::connect(&cfg.mongo()).await?),
+        None => (
+            Sink::connect_writer(&cfg.redis()).await?.fenced(fence.clone()).await?,
+            Source::connect(&cfg.mongo()).await?,
+        ),
     };
     let status = StatusKeys::new(cfg.status_prefix.clone());
     let mongo = cfg.mongo();

@@ -206,6 +206,14 @@ async fn two_instances_run_exactly_one_rebuild_per_fire() {
     let status = format!("cw-{name}:");
     let cfg = serve_env(&name, &status).redis(&redis.url()).config();
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
+    // What one writer's start-up costs in `DISCARD`s (the permission
+    // check and the `RESTORE` probe each queue a `MULTI` and discard it),
+    // measured rather than assumed, so the wait below counts both
+    // instances' start-ups and not only the first one's.
+    let before = common::command_calls(&redis.url(), "discard").await;
+    drop(cachewright::sink::Sink::connect_for(&cfg.redis(), cachewright::sink::Access::Write).await.unwrap());
+    let per_start = common::command_calls(&redis.url(), "discard").await - before;
+    assert!(per_start >= 1, "a writer's start-up checks its permissions");
     let text = "[[schedule]]\nname = \"often\"\ncron = \"*/2 * * * * *\"\njob = \"rebuild\"\n";
     let start = chrono::DateTime::parse_from_rfc3339("2026-06-01T00:00:00Z").unwrap().to_utc();
     let clock = std::sync::Arc::new(ManualClock::new(start));
@@ -231,10 +239,10 @@ async fn two_instances_run_exactly_one_rebuild_per_fire() {
         async move { redis::cmd("EXISTS").arg(lock).query_async::<bool>(&mut conn).await.unwrap() }
     })
     .await;
-    // The permission check (a `MULTI` of probes, then `DISCARD`) runs once
-    // as each instance starts; the leader's jobs reuse its connections.
+    // The start-up probes run once as each instance starts; the leader's
+    // jobs reuse its connections.
     common::wait_for("both instances to check their permissions", Duration::from_secs(30), || async {
-        common::command_calls(&redis.url(), "discard").await >= 2
+        common::command_calls(&redis.url(), "discard").await >= before + 3 * per_start
     })
     .await;
     let checks = common::command_calls(&redis.url(), "discard").await;

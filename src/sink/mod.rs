@@ -194,9 +194,9 @@ pub struct Sink {
     unit_cost: usize,
     /// Keys one write transaction may carry (`write_batch_ops`).
     max_keys: usize,
-    /// Whether collections are replaced by `RESTORE` (see
-    /// [`Sink::may_restore`]); set once, before the first write.
-    restore: bool,
+    /// How collections are replaced whole: by `RESTORE` where
+    /// [`Sink::may_restore`] says so; set once, before the first write.
+    replace: pipeline::Replace,
 }
 
 fn connect_error(settings: &RedisSettings) -> impl Fn(redis::RedisError) -> SinkError + '_ {
@@ -363,7 +363,7 @@ impl Sink {
             unit_cost: topology.unit_cost(settings.write_batch_cost),
             max_keys: settings.write_batch_ops,
             timeout: Duration::from_secs(settings.timeout_seconds),
-            restore: false,
+            replace: pipeline::Replace::Commands,
         };
         redis::cmd("PING").query_async::<()>(&mut sink.conn).await.map_err(connect_err)?;
         tracing::debug!(topology = topology.name(), masters = topology.masters().len(), "connected to Redis");
@@ -393,7 +393,7 @@ impl Sink {
     /// how it replaces collections as [`Sink::connect_for`] does.
     pub async fn connect_writer(settings: &RedisSettings) -> Result<Sink, SinkError> {
         let mut sink = Sink::connect(settings).await?;
-        sink.restore = sink.may_restore(settings).await;
+        sink.replace = pipeline::Replace::chosen(sink.may_restore(settings).await);
         Ok(sink)
     }
 
@@ -405,7 +405,7 @@ impl Sink {
         sink.check_access(settings, access).await?;
         if access == Access::Write {
             sink.check_eviction(settings.allow_eviction).await?;
-            sink.restore = sink.may_restore(settings).await;
+            sink.replace = pipeline::Replace::chosen(sink.may_restore(settings).await);
         }
         Ok(sink)
     }
@@ -462,10 +462,8 @@ impl Sink {
         if whole.is_empty() && !ops.is_empty() {
             return Ok(());
         }
-        self.send_with(|unit| {
-            pipeline::add_ops(unit, whole, &self.ttl, self.jitter, rand::random::<f64>, self.replace())
-        })
-        .await
+        self.send_with(|unit| pipeline::add_ops(unit, whole, &self.ttl, self.jitter, rand::random::<f64>, self.replace))
+            .await
     }
 
     /// Sends the unit `body` builds, like [`Sink::send`].
@@ -645,15 +643,7 @@ impl Sink {
 
     /// Appends `changes` with this sink's TTLs and jitter to `unit`.
     fn add_changes<'a>(&self, unit: &mut Unit, changes: impl IntoIterator<Item = &'a crate::plan::Change>) {
-        pipeline::add_changes(unit, changes, &self.ttl, self.jitter, rand::random::<f64>, self.replace());
-    }
-
-    /// How this sink replaces a collection whole.
-    fn replace(&self) -> pipeline::Replace {
-        match self.restore {
-            true => pipeline::Replace::Restore,
-            false => pipeline::Replace::Commands,
-        }
+        pipeline::add_changes(unit, changes, &self.ttl, self.jitter, rand::random::<f64>, self.replace);
     }
 
     /// The server's `run_id`, which changes when Redis restarts; on a

@@ -133,6 +133,13 @@ pub enum Replace {
     Restore,
 }
 
+impl Replace {
+    /// `Restore` where `RESTORE` may be used, `Commands` otherwise.
+    pub fn chosen(restore: bool) -> Replace {
+        if restore { Replace::Restore } else { Replace::Commands }
+    }
+}
+
 /// Appends the commands that replace every key of `ops` whole (see
 /// [`build_pipeline`]) to `unit`.
 ///
@@ -173,7 +180,7 @@ pub fn add_ops<'a>(
             collection if replace == Replace::Restore => {
                 // `REPLACE` drops the old value as `UNLINK` would (off
                 // the main thread where `lazyfree-lazy-server-del` says).
-                let value = dump::payload(collection).unwrap_or_default();
+                let value = dump::payload(collection).expect("strings take the arm above");
                 let millis = seconds.saturating_mul(1000);
                 unit.cmd_with_room("RESTORE", key, 3, value.len() + 28)
                     .arg(millis)

@@ -216,6 +216,7 @@ fn every_setting_works_as_flag_environment_and_file_key() {
             "redis_sentinels" => "10.0.0.5:26379,10.0.0.6:26379",
             "redis_sentinel_master" => "cache",
             "redis_allow_eviction" => "true",
+            "redis_restore" => "false",
             f if f.starts_with("collection_") => "Renamed",
             _ => "17",
         };
@@ -236,6 +237,7 @@ fn every_setting_works_as_flag_environment_and_file_key() {
             | "redis_timeout_seconds"
             | "mongodb_timeout_seconds"
             | "redis_allow_eviction"
+            | "redis_restore"
             | "redis_cluster" => value.to_string(),
             f if f.starts_with("ttl_") => value.to_string(),
             _ => format!("{value:?}"),

@@ -777,7 +777,7 @@ async fn a_backlog_goes_out_in_short_transactions_and_equals_a_full_rebuild() {
 /// and the cache equals a fresh rebuild.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_category_of_9000_videos_renamed_and_flipped_on_a_cluster_follows() {
-    big_category_follows(Setup::Cluster).await;
+    big_category_follows(Setup::Cluster, Sets::Patched).await;
 }
 
 /// The same on one node, where a flip's members travel as blocks of one
@@ -785,16 +785,34 @@ async fn a_category_of_9000_videos_renamed_and_flipped_on_a_cluster_follows() {
 /// behind the watcher's back refuses the whole block.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_category_of_9000_videos_renamed_and_flipped_on_one_node_follows() {
-    big_category_follows(Setup::OneNode).await;
+    big_category_follows(Setup::OneNode, Sets::Patched).await;
 }
 
-async fn big_category_follows(setup: Setup) {
+/// The same where the writer may `RESTORE` (the default user): each
+/// flip writes its 9,000 members' sets whole, one `RESTORE` each, and a
+/// set drifted behind the watcher's back is simply replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_category_of_9000_videos_flipped_where_restore_is_allowed_writes_its_members_sets_whole() {
+    big_category_follows(Setup::OneNode, Sets::Restored).await;
+}
+
+/// How a flip's members' `video:categories` are written.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Sets {
+    /// Patched behind their size guards (`CACHEWRIGHT_RESTORE=false`).
+    Patched,
+    /// Replaced whole by `RESTORE`.
+    Restored,
+}
+
+async fn big_category_follows(setup: Setup, sets: Sets) {
     let _serial = SERIAL.lock().await;
     let s = common::shared();
     let url = setup.redis_url();
     let name = common::unique("watchbigcat");
     let prefix = format!("w{name}");
-    let cfg = watch_env(&name, &prefix).redis(&url).config();
+    let mut cfg = watch_env(&name, &prefix).redis(&url).config();
+    cfg.redis_restore = sets == Sets::Restored;
     let mut d = data(&cfg, 21).await;
     d.seed().await;
     let categories = d.db.collection::<Document>("Category");
@@ -841,25 +859,43 @@ async fn big_category_follows(setup: Setup) {
     let rebuilds = m.rebuilds.load(Relaxed);
     for status in [0, 1] {
         let patched = m.patched_keys.load(Relaxed);
+        let restored = common::command_calls(&url, "restore").await;
         categories.update_one(doc! {"_id": "big"}, doc! {"$set": {"status": status}}).await.unwrap();
         d.settle(&url, &prefix).await;
         watcher.end_of_round().await;
         let n = m.patched_keys.load(Relaxed) - patched;
-        assert!(n >= 9_000, "{setup:?}: {n} keys patched by the flip to {status}; the watcher: {}", m.heartbeat());
+        let whole = common::command_calls(&url, "restore").await - restored;
+        let heartbeat = m.heartbeat();
+        match sets {
+            // (Other tests' rebuilds may `RESTORE` on this Redis meanwhile.)
+            Sets::Patched => {
+                assert!(n >= 9_000, "{setup:?}: {n} keys patched by the flip to {status}; the watcher: {heartbeat}");
+            }
+            // Off, each member keeps `c1`: its set is written whole too.
+            Sets::Restored => {
+                assert!(whole >= 9_000, "{setup:?}: {whole} sets restored by the flip to {status}: {heartbeat}");
+                assert!(n < 9_000, "{setup:?}: {n} keys patched by the flip to {status}: {heartbeat}");
+            }
+        }
     }
     assert_eq!(m.failed_batches.load(Relaxed), 0, "no batch failed");
     assert_eq!(m.rebuilds.load(Relaxed), rebuilds, "no rebuild");
     assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 21).await;
 
-    // A member's set gains a stray id behind the watcher's back: the next
-    // flip's patch of it is refused by its size guard, the batch is taken
-    // back and replayed with the key replaced whole.
+    // A member's set gains a stray id behind the watcher's back. Patched,
+    // the next flip's patch of it is refused by its size guard, the batch
+    // is taken back and replayed with the key replaced whole; restored,
+    // the flip replaces the set and nothing is refused.
     let stray_key = format!("{prefix}:video:categories:b5");
     let _: usize = redis::cmd("SADD").arg(&stray_key).arg("stray").query_async(&mut conn).await.unwrap();
     categories.update_one(doc! {"_id": "big"}, doc! {"$set": {"status": 0}}).await.unwrap();
     d.settle(&url, &prefix).await;
     let metrics = watcher.stop().await;
-    assert!(metrics.failed_batches.load(Relaxed) >= 1, "{setup:?}: the drifted set's patch was refused");
+    let failed = metrics.failed_batches.load(Relaxed);
+    match sets {
+        Sets::Patched => assert!(failed >= 1, "{setup:?}: the drifted set's patch was refused"),
+        Sets::Restored => assert_eq!(failed, 0, "{setup:?}: the drifted set was replaced"),
+    }
     assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 22).await;
 }
 

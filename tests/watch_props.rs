@@ -17,7 +17,7 @@ use cachewright::plan::{Change, FamilySet, Op, PlanCtx, TxBudget};
 use cachewright::rebuild::plan_ctx;
 use cachewright::registry::Tier;
 use cachewright::watch::model::{Coll, Event, decode_on_arrival, id_key};
-use cachewright::watch::plan::{RedisView, plan_batch};
+use cachewright::watch::plan::{RedisView, Shape, plan_batch};
 use cachewright::watch::protocol::{self, Step as WriteStep};
 use cachewright::watch::state::{Existing, Scopes, State, tracked_families};
 use common::render::Content;
@@ -274,18 +274,27 @@ fn render(store: &Store) -> String {
     out
 }
 
+/// [`run_with`] for a sink that writes collections by commands, then for
+/// one that restores them (which writes a flip's members' sets whole).
 fn run(initial: Vec<Step>, steps: Vec<Step>) -> Result<(), TestCaseError> {
-    run_with(initial, steps, None)
+    run_with(initial.clone(), steps.clone(), None, false)?;
+    run_with(initial, steps, None, true)
 }
 
-/// [`run`], with patches cut into steps costing at most `patch_step`
-/// instead of the configuration's unit.
-fn run_with(initial: Vec<Step>, steps: Vec<Step>, patch_step: Option<usize>) -> Result<(), TestCaseError> {
+/// Runs `steps` after `initial` as the watcher would, with patches cut
+/// into steps costing at most `patch_step` instead of the
+/// configuration's unit, and collections restored whole or not.
+fn run_with(
+    initial: Vec<Step>,
+    steps: Vec<Step>,
+    patch_step: Option<usize>,
+    restore: bool,
+) -> Result<(), TestCaseError> {
     let cfg = config();
     let ctx = plan_ctx(&cfg, FamilySet::all());
     // A cluster script's share of the budget by default, the smaller of
     // the sink's two units.
-    let patch_step = patch_step.unwrap_or(cluster_unit(&cfg));
+    let shape = Shape { patch_step: patch_step.unwrap_or(cluster_unit(&cfg)), restore };
     let mut mongo = Mongo::default();
     for s in &initial {
         mongo.apply(s);
@@ -338,7 +347,7 @@ fn run_with(initial: Vec<Step>, steps: Vec<Step>, patch_step: Option<usize>) -> 
             applied.absorb(state.apply(vec![mongo.look_up(Coll::Video, raw_id)]));
         }
         let view = redis_view(store, &ctx, applied.videos.keys().cloned());
-        let plan = plan_batch(state, &applied, &view, &ctx, patch_step);
+        let plan = plan_batch(state, &applied, &view, &ctx, shape);
         // The engine's steps, in its order; a failure stops them after
         // `landed` transactions (the state is rolled back even when all
         // of them landed: the reply was lost).
@@ -521,7 +530,7 @@ proptest! {
         initial in proptest::collection::vec(step_in_big_scopes(), 20..80),
         steps in proptest::collection::vec(step_in_big_scopes(), 1..80),
     ) {
-        run_with(initial, steps, Some(4_000))?;
+        run_with(initial, steps, Some(4_000), false)?;
     }
 }
 
@@ -605,20 +614,32 @@ fn two_categories(n: usize) -> (Mongo, State, Store) {
     (mongo, state, store)
 }
 
-/// Applies one batch of steps as the engine does, checks the result
-/// against a full rebuild, and gives the plan.
+/// Applies one batch of steps as the engine does for a sink that writes
+/// collections by commands, checks the result against a full rebuild,
+/// and gives the plan.
 fn one_batch(
     mongo: &mut Mongo,
     state: &mut State,
     store: &mut Store,
     steps: &[Step],
 ) -> cachewright::watch::plan::BatchPlan {
+    one_batch_restoring(mongo, state, store, steps, false)
+}
+
+/// [`one_batch`], for a sink that restores collections or not.
+fn one_batch_restoring(
+    mongo: &mut Mongo,
+    state: &mut State,
+    store: &mut Store,
+    steps: &[Step],
+    restore: bool,
+) -> cachewright::watch::plan::BatchPlan {
     let cfg = config();
     let ctx = plan_ctx(&cfg, FamilySet::all());
     let events: Vec<Event> = steps.iter().filter_map(|s| mongo.apply(s)).collect();
     let applied = state.apply(events);
     let view = redis_view(store, &ctx, applied.videos.keys().cloned());
-    let plan = plan_batch(state, &applied, &view, &ctx, cluster_unit(&cfg));
+    let plan = plan_batch(state, &applied, &view, &ctx, Shape { patch_step: cluster_unit(&cfg), restore });
     for change in plan.changes.iter().chain(plan.later.iter().flatten()).chain(&plan.last) {
         write(store, change);
     }
@@ -754,4 +775,27 @@ fn a_big_category_renamed_touches_its_catalogue_keys_and_flipped_patches_its_mem
     let added = sets(&plan);
     assert_eq!(added.len(), n);
     assert!(added.iter().all(|(before, edits)| *before == 0 && edits == &[Edit::SAdd("c0".into())]));
+}
+
+#[test]
+fn a_sink_that_restores_writes_a_flipped_categorys_members_sets_whole() {
+    let n = 2_000;
+    let (mut mongo, mut state, mut store) = two_categories(n);
+    let family = |c: &&Change| c.key().family == cachewright::registry::FamilyId::VideoCategories;
+    // Off: each member's only category goes, so its set is deleted, not
+    // patched empty.
+    let off = doc! { "name": "C0", "seq": 1, "status": 0 };
+    let plan = one_batch_restoring(&mut mongo, &mut state, &mut store, &[Step::Put(Coll::Category, 0, off)], true);
+    let sets: Vec<&Change> = plan.changes.iter().chain(&plan.last).filter(family).collect();
+    assert_eq!(sets.len(), n);
+    assert!(sets.iter().all(|c| matches!(c, Change::Delete(_))), "{:?}", sets.first());
+    assert_eq!(plan.visited, n, "each member read once");
+    // On again: each member's set is written whole, one value, no guard.
+    let on = doc! { "name": "C0", "seq": 1, "status": 1 };
+    let plan = one_batch_restoring(&mut mongo, &mut state, &mut store, &[Step::Put(Coll::Category, 0, on)], true);
+    let sets: Vec<&Change> = plan.changes.iter().chain(&plan.last).filter(family).collect();
+    assert_eq!(sets.len(), n);
+    let whole =
+        |c: &&Change| matches!(c, Change::Put(op) if op.value == cachewright::plan::Value::Set(vec!["c0".into()]));
+    assert!(sets.iter().all(whole), "{:?}", sets.first());
 }

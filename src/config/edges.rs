@@ -20,6 +20,8 @@ pub struct RedisSettings {
     pub sentinel_master: String,
     pub timeout_seconds: u64,
     pub allow_eviction: bool,
+    /// `RESTORE` may write collections (`CACHEWRIGHT_RESTORE`).
+    pub restore: bool,
     /// Data keys' prefix (the permission preflight probes under it).
     pub prefix: String,
     pub status_prefix: String,
@@ -76,6 +78,7 @@ impl Config {
             sentinel_master: self.redis_sentinel_master.clone(),
             timeout_seconds: self.redis_timeout_seconds,
             allow_eviction: self.redis_allow_eviction,
+            restore: self.redis_restore,
             prefix: self.prefix.clone(),
             status_prefix: self.status_prefix.clone(),
             ttl: self.ttl,

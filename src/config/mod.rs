@@ -137,6 +137,9 @@ pub struct Config {
     pub mongodb_timeout_seconds: u64,
     /// Write even under an `allkeys-*` eviction policy (see `sink::acl`).
     pub redis_allow_eviction: bool,
+    /// Whether collections may be written by `RESTORE` (see
+    /// `sink::acl::Sink::may_restore`).
+    pub redis_restore: bool,
 }
 
 impl std::fmt::Debug for Config {
@@ -442,6 +445,7 @@ impl Config {
             redis_tls,
             redis_cluster: raw.redis_cluster,
             redis_allow_eviction: raw.redis_allow_eviction.unwrap_or(false),
+            redis_restore: raw.redis_restore.unwrap_or(true),
             redis_sentinels,
             redis_sentinel_master: raw.redis_sentinel_master.unwrap_or_else(|| "mymaster".into()),
             redis_timeout_seconds: positive(raw.redis_timeout_seconds, "CACHEWRIGHT_REDIS_TIMEOUT_SECONDS")?,

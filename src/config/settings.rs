@@ -263,6 +263,11 @@ settings! {
         help: "Write even when Redis may evict any key (maxmemory-policy allkeys-*), which can evict the lease, epoch and pending records",
         hint: "use true or false",
     }
+    redis_restore: bool {
+        env: "CACHEWRIGHT_RESTORE", key: "redis_restore", default: "true", shown: "",
+        help: "Write each set, list and sorted set with one RESTORE where the Redis user may run it and every master runs Redis 5.0 or later; false always uses UNLINK, the adds and EXPIRE",
+        hint: "use true or false",
+    }
     redis_sentinels: String {
         env: "REDIS_SENTINELS", key: "redis_sentinels", default: "", shown: "",
         help: "Sentinels as host:port,host:port: the master comes from them and is followed across fail-overs (REDIS_URL gives scheme, user, password, database)",

@@ -442,6 +442,12 @@ impl Sink {
         self.unit_cost
     }
 
+    /// Whether this sink replaces collections with one `RESTORE` each
+    /// ([`Sink::may_restore`]).
+    pub fn restores(&self) -> bool {
+        self.replace == pipeline::Replace::Restore
+    }
+
     pub fn connection(&self) -> RedisConn {
         self.conn.clone()
     }

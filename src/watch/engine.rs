@@ -245,8 +245,8 @@ impl Engine<'_> {
         let view = plan::RedisView { categories, details };
         let read = started.elapsed();
         // A patch goes in steps as big as the sink's atomic unit.
-        let step = self.sink.unit_cost();
-        let mut plan = self.in_memory(|| plan::plan_batch(state, &applied, &view, self.ctx, step));
+        let shape = plan::Shape { patch_step: self.sink.unit_cost(), restore: self.sink.restores() };
+        let mut plan = self.in_memory(|| plan::plan_batch(state, &applied, &view, self.ctx, shape));
         let planned = started.elapsed();
         self.metrics.visited(plan.visited);
         let budget = self.sink.tx_budget();

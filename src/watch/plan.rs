@@ -150,15 +150,28 @@ impl Digester {
 /// microseconds each.
 const PATCH_CHUNK: usize = 256;
 
+/// What the sink's writes let a batch's plan choose.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// What a patch's step may cost Redis: one atomic unit of the sink
+    /// (`Sink::unit_cost`).
+    pub patch_step: usize,
+    /// Whether the sink replaces a collection whole with one `RESTORE`
+    /// (`Sink::restores`). Then a flipped category's members'
+    /// `video:categories` are written whole, one command each, instead
+    /// of patched behind a size guard in the write script, which cost
+    /// Redis most of its share of a batch at 2M videos.
+    pub restore: bool,
+}
+
 /// Plans the writes of one applied batch, patches cut into steps that
-/// cost Redis at most `patch_step` each (one atomic unit of the sink,
-/// `Sink::unit_cost`).
-pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCtx, patch_step: usize) -> BatchPlan {
+/// cost Redis at most `shape.patch_step` each.
+pub fn plan_batch(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCtx, shape: Shape) -> BatchPlan {
     // The catalogue's keys (`tag:all` alone is a megabyte to render and
     // digest) beside the index scopes': neither reads what the other
     // plans.
     let (diff, mut out) =
-        rayon::join(|| plan_catalog(state, applied, ctx), || plan_scoped(state, applied, redis, ctx, patch_step));
+        rayon::join(|| plan_catalog(state, applied, ctx), || plan_scoped(state, applied, redis, ctx, shape));
     if let Some(diff) = diff {
         // First, as when planned in one pass: the catalogue's keys are
         // none of the touched videos' own, which go last.
@@ -188,7 +201,8 @@ fn plan_catalog(state: &State, applied: &Applied, ctx: &PlanCtx) -> Option<Batch
 }
 
 /// The index scopes' keys and the touched videos' own.
-fn plan_scoped(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCtx, patch_step: usize) -> BatchPlan {
+fn plan_scoped(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCtx, shape: Shape) -> BatchPlan {
+    let patch_step = shape.patch_step;
     let catalog = &state.catalog;
     let mut out = BatchPlan::default();
 
@@ -301,23 +315,30 @@ fn plan_scoped(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCt
     // patched; the rebuild's planner gives the other videos' sets, and
     // the scopes' keys come off their ordered members.
     let mut set_patches: Vec<Patch> = Vec::new();
+    let mut set_ops: Vec<Op> = Vec::new();
     let mut patched: FxHashSet<&str> = FxHashSet::default();
     let mut selected = FxHashSet::default();
     // A flip reaches every member of its category: thousands of sets,
     // each computed on its own, in chunks over the rayon pool.
     let listed: Vec<&String> = videos.iter().collect();
-    let found: Vec<Option<Patch>> = {
+    let found: Vec<Option<SetWrite>> = {
         use rayon::prelude::*;
-        let flips = Flips::new(state, &flipped, &sure_flips);
+        let flips = Flips::new(state, &flipped, &sure_flips, shape.restore);
         let patch = |w: &&String| categories_patch(state, applied, redis, ctx, &flips, w);
         listed.par_iter().with_min_len(PATCH_CHUNK).map(patch).collect()
     };
-    for (w, patch) in listed.into_iter().zip(found) {
-        match patch {
-            Some(patch) => {
+    for (w, write) in listed.into_iter().zip(found) {
+        match write {
+            Some(SetWrite::Patch(patch)) => {
                 set_patches.push(patch);
                 patched.insert(w.as_str());
             }
+            Some(SetWrite::Whole(op)) => {
+                out.visited += 1;
+                set_ops.push(op);
+            }
+            // Neither planned nor patched: deleted below.
+            Some(SetWrite::Gone) => out.visited += 1,
             None => drop(selected.insert(w.clone())),
         }
     }
@@ -348,6 +369,7 @@ fn plan_scoped(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCt
     out.visited += scoped.visited;
     let mut ops = homes.ops;
     ops.extend(scoped.ops);
+    ops.extend(set_ops);
     if !sel.is_empty() {
         let walk = |f: &mut dyn FnMut(Member<'_>)| out.visited += visit(state, catalog, &sel, f);
         ops.extend(plan_selected(walk, catalog, ctx, &sel));
@@ -488,10 +510,12 @@ struct Flips<'s> {
     active: Option<Vec<bool>>,
     /// Per symbol: flipped (`Some`), and whether surely (`Some(true)`).
     flipped: FxHashMap<Sym, bool>,
+    /// Whether a member's set is written whole ([`Shape::restore`]).
+    whole: bool,
 }
 
 impl<'s> Flips<'s> {
-    fn new(state: &'s State, flipped: &BTreeSet<String>, sure: &HashSet<String>) -> Flips<'s> {
+    fn new(state: &'s State, flipped: &BTreeSet<String>, sure: &HashSet<String>, whole: bool) -> Flips<'s> {
         // A name no video references has no symbol, and no member to patch.
         let flipped: FxHashMap<Sym, bool> =
             flipped.iter().filter_map(|c| state.syms.get(c).map(|sym| (sym, sure.contains(c)))).collect();
@@ -504,7 +528,7 @@ impl<'s> Flips<'s> {
             }
             active
         });
-        Flips { state, active, flipped }
+        Flips { state, active, flipped, whole }
     }
 
     fn active(&self, sym: Sym) -> bool {
@@ -515,6 +539,16 @@ impl<'s> Flips<'s> {
     }
 }
 
+/// How a video's `video:categories` is written without the planner.
+enum SetWrite {
+    /// Patched: its key's contents before are known.
+    Patch(Patch),
+    /// Replaced whole with its active categories (by one `RESTORE`).
+    Whole(Op),
+    /// Deleted: the video is in no active category any more.
+    Gone,
+}
+
 /// The `video:categories` patch of video `w` (`SADD` of the categories
 /// it joins, then `SREM` of those it leaves) when the batch knows what
 /// its key holds before: for a video the batch touched, what it just
@@ -522,9 +556,11 @@ impl<'s> Flips<'s> {
 /// (de)activated), its active categories with those flips undone, when
 /// each of them is sure (`flips`: the batch's flipped categories, and
 /// those whose members the cache holds as the state did before the
-/// batch). `None`, and the set is planned whole, for a video not
-/// [`trusted`] or not active, a key that waits for its slot (unknown
-/// contents), or a key missing before and after.
+/// batch). Such a member's set is instead written whole from its active
+/// categories when the sink restores collections (`Flips::whole`), or
+/// deleted when it has none. `None`, and the set is planned whole, for
+/// a video not [`trusted`] or not active, a key that waits for its slot
+/// (unknown contents), or a key missing before and after.
 fn categories_patch(
     state: &State,
     applied: &Applied,
@@ -532,7 +568,7 @@ fn categories_patch(
     ctx: &PlanCtx,
     flips: &Flips,
     w: &str,
-) -> Option<Patch> {
+) -> Option<SetWrite> {
     if !ctx.families.contains(FamilyId::VideoCategories) || !trusted(state, w) {
         return None;
     }
@@ -553,6 +589,14 @@ fn categories_patch(
             let leaves = old.into_iter().flatten().map(String::as_str).filter(|c| !now.contains(c)).collect();
             let joins = now.into_iter().filter(|c| !held(c)).collect();
             (old.map_or(0, BTreeSet::len), joins, leaves)
+        }
+        false if flips.whole => {
+            if now.is_empty() {
+                return Some(SetWrite::Gone);
+            }
+            // In stored order, as the planner lists them.
+            let members = now.iter().map(|c| name(c).to_string()).collect();
+            return Some(SetWrite::Whole(Op { key, value: crate::plan::Value::Set(members) }));
         }
         false => {
             let mut was = Vec::new();
@@ -579,7 +623,7 @@ fn categories_patch(
     }
     let joins = joins.into_iter().map(|c| Edit::SAdd(c.to_string()));
     let leaves = leaves.into_iter().map(|c| Edit::SRem(c.to_string()));
-    Some(Patch::new(key, before, joins.chain(leaves).collect(), 0))
+    Some(SetWrite::Patch(Patch::new(key, before, joins.chain(leaves).collect(), 0)))
 }
 
 /// Puts the `video:categories` patches one flip makes together, so that

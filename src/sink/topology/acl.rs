@@ -302,8 +302,12 @@ impl Sink {
     /// later, whose format the values use (Valkey reports its Redis
     /// version there too). `RESTORE` is optional: it sits in ACL
     /// category `@dangerous`, which deployments often deny, and
-    /// `cachewright acl` does not grant it. Any doubt keeps the commands.
+    /// `cachewright acl` does not grant it. Any doubt keeps the commands,
+    /// and so does `CACHEWRIGHT_RESTORE=false`, without a probe.
     pub async fn may_restore(&self, settings: &RedisSettings) -> bool {
+        if !settings.restore {
+            return false;
+        }
         let key = format!("{}cachewright-acl-probe", settings.prefix);
         let Some(value) = crate::sink::write::dump::payload(&crate::plan::Value::Set(vec!["x".into()])) else {
             return false;

@@ -448,6 +448,14 @@ impl Sink {
         self.replace == pipeline::Replace::Restore
     }
 
+    /// Whether collections are restored inside transactions: on one
+    /// node (one Redis, or Sentinel's master). On a cluster each value
+    /// travels inside its slot's script, as a Lua string and then a
+    /// command argument again.
+    pub fn restores_in_transactions(&self) -> bool {
+        self.restores() && self.topology().spans_slots()
+    }
+
     pub fn connection(&self) -> RedisConn {
         self.conn.clone()
     }

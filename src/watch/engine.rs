@@ -244,8 +244,11 @@ impl Engine<'_> {
         };
         let view = plan::RedisView { categories, details };
         let read = started.elapsed();
-        // A patch goes in steps as big as the sink's atomic unit.
-        let shape = plan::Shape { patch_step: self.sink.unit_cost(), restore: self.sink.restores() };
+        // A patch goes in steps as big as the sink's atomic unit. A flip's
+        // members are restored whole only in transactions: inside a
+        // cluster's slot scripts that cost Redis more than the flip block
+        // (docs/BENCHMARKS.md, "flipped members restored whole").
+        let shape = plan::Shape { patch_step: self.sink.unit_cost(), restore: self.sink.restores_in_transactions() };
         let mut plan = self.in_memory(|| plan::plan_batch(state, &applied, &view, self.ctx, shape));
         let planned = started.elapsed();
         self.metrics.visited(plan.visited);

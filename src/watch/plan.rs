@@ -156,11 +156,12 @@ pub struct Shape {
     /// What a patch's step may cost Redis: one atomic unit of the sink
     /// (`Sink::unit_cost`).
     pub patch_step: usize,
-    /// Whether the sink replaces a collection whole with one `RESTORE`
-    /// (`Sink::restores`). Then a flipped category's members'
-    /// `video:categories` are written whole, one command each, instead
-    /// of patched behind a size guard in the write script, which cost
-    /// Redis most of its share of a batch at 2M videos.
+    /// Whether the sink replaces a collection whole with one `RESTORE` in
+    /// a transaction (`Sink::restores_in_transactions`). Then a flipped
+    /// category's members' `video:categories` are written whole, one
+    /// command each, instead of patched behind a size guard in the write
+    /// script: the same cost to Redis, less to the watcher, and a set
+    /// drifted behind its back is replaced instead of refusing the block.
     pub restore: bool,
 }
 

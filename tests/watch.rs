@@ -774,18 +774,20 @@ async fn a_backlog_goes_out_in_short_transactions_and_equals_a_full_rebuild() {
 /// catalogue keys only; the flips rewrite its members' categories. The
 /// pending record names the category, never its videos, so no script
 /// carries more than Lua can unpack; the tokens move past each change
-/// and the cache equals a fresh rebuild.
+/// and the cache equals a fresh rebuild. `RESTORE` is allowed, but a
+/// cluster keeps patching the members' sets in its flip block.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_category_of_9000_videos_renamed_and_flipped_on_a_cluster_follows() {
-    big_category_follows(Setup::Cluster, Sets::Patched).await;
+    big_category_follows(Setup::Cluster, true).await;
 }
 
 /// The same on one node, where a flip's members travel as blocks of one
 /// write script inside the transaction, and a member's set drifted
-/// behind the watcher's back refuses the whole block.
+/// behind the watcher's back refuses the whole block
+/// (`CACHEWRIGHT_RESTORE=false`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_category_of_9000_videos_renamed_and_flipped_on_one_node_follows() {
-    big_category_follows(Setup::OneNode, Sets::Patched).await;
+    big_category_follows(Setup::OneNode, false).await;
 }
 
 /// The same where the writer may `RESTORE` (the default user): each
@@ -793,26 +795,31 @@ async fn a_category_of_9000_videos_renamed_and_flipped_on_one_node_follows() {
 /// set drifted behind the watcher's back is simply replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_category_of_9000_videos_flipped_where_restore_is_allowed_writes_its_members_sets_whole() {
-    big_category_follows(Setup::OneNode, Sets::Restored).await;
+    big_category_follows(Setup::OneNode, true).await;
 }
 
 /// How a flip's members' `video:categories` are written.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Sets {
-    /// Patched behind their size guards (`CACHEWRIGHT_RESTORE=false`).
+    /// Patched behind their size guards: on a cluster, or with
+    /// `CACHEWRIGHT_RESTORE=false`.
     Patched,
-    /// Replaced whole by `RESTORE`.
+    /// Replaced whole by `RESTORE`, inside transactions on one node.
     Restored,
 }
 
-async fn big_category_follows(setup: Setup, sets: Sets) {
+async fn big_category_follows(setup: Setup, restore: bool) {
+    let sets = match (setup, restore) {
+        (Setup::OneNode, true) => Sets::Restored,
+        _ => Sets::Patched,
+    };
     let _serial = SERIAL.lock().await;
     let s = common::shared();
     let url = setup.redis_url();
     let name = common::unique("watchbigcat");
     let prefix = format!("w{name}");
     let mut cfg = watch_env(&name, &prefix).redis(&url).config();
-    cfg.redis_restore = sets == Sets::Restored;
+    cfg.redis_restore = restore;
     let mut d = data(&cfg, 21).await;
     d.seed().await;
     let categories = d.db.collection::<Document>("Category");

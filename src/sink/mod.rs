@@ -393,7 +393,7 @@ impl Sink {
     /// how it replaces collections as [`Sink::connect_for`] does.
     pub async fn connect_writer(settings: &RedisSettings) -> Result<Sink, SinkError> {
         let mut sink = Sink::connect(settings).await?;
-        sink.replace = pipeline::Replace::chosen(sink.may_restore(settings).await);
+        sink.replace = sink.may_restore(settings).await;
         Ok(sink)
     }
 
@@ -405,7 +405,7 @@ impl Sink {
         sink.check_access(settings, access).await?;
         if access == Access::Write {
             sink.check_eviction(settings.allow_eviction).await?;
-            sink.replace = pipeline::Replace::chosen(sink.may_restore(settings).await);
+            sink.replace = sink.may_restore(settings).await;
         }
         Ok(sink)
     }

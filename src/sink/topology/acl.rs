@@ -11,6 +11,7 @@
 
 use crate::config::RedisSettings;
 use crate::keys::status::StatusKeys;
+use crate::sink::write::pipeline::Replace;
 use crate::sink::{Sink, SinkError};
 
 /// What a command needs of Redis.
@@ -177,14 +178,10 @@ impl Sink {
     /// command and how to grant it.
     pub async fn check_access(&self, settings: &RedisSettings, access: Access) -> Result<(), SinkError> {
         let probes = probes(settings, access);
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        pipe.cmd("MULTI");
-        for probe in &probes {
-            pipe.cmd(&probe.args[0]).arg(&probe.args[1..]);
-        }
-        pipe.cmd("DISCARD");
-        let replies = match self.query_one_node(&pipe).await {
+        let replies = match self
+            .queued(probes.iter().map(|probe| redis::cmd(&probe.args[0]).arg(&probe.args[1..]).clone()))
+            .await
+        {
             Ok(replies) => replies,
             Err(source) => {
                 if let Some(reason) = refusal(&source) {
@@ -194,8 +191,7 @@ impl Sink {
             }
         };
         let mut denied = Vec::new();
-        // replies[0] is MULTI's OK; each probe's QUEUED or error follows.
-        for (probe, reply) in probes.iter().zip(replies.iter().skip(1)) {
+        for (probe, reply) in probes.iter().zip(replies.iter()) {
             if let redis::Value::ServerError(err) = reply {
                 let err: redis::RedisError = err.clone().into();
                 if let Some(reason) = refusal(&err) {
@@ -233,6 +229,24 @@ impl Sink {
 }
 
 impl Sink {
+    /// Queues `commands` in a `MULTI` on one node and discards them, so
+    /// nothing runs: each reply (`QUEUED`, or the error Redis gives a
+    /// command this user may not run) in order.
+    async fn queued(&self, commands: impl IntoIterator<Item = redis::Cmd>) -> redis::RedisResult<Vec<redis::Value>> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("MULTI");
+        for cmd in commands {
+            pipe.add_command(cmd);
+        }
+        pipe.cmd("DISCARD");
+        let mut replies = self.query_one_node(&pipe).await?;
+        // MULTI's OK first, DISCARD's OK last.
+        replies.pop();
+        replies.remove(0);
+        Ok(replies)
+    }
+
     /// Sends `pipe` on one connection to one node, a connection no other
     /// request shares (its `MULTI` must hold the probes alone) where the
     /// topology offers a client of its master; on a cluster, the first
@@ -260,6 +274,48 @@ fn grant_hint(settings: &RedisSettings) -> String {
         "grant the user the rule `cachewright acl` prints for these prefixes ({}, {}); see docs/DEPLOYMENT.md",
         settings.prefix, settings.status_prefix
     )
+}
+
+impl Sink {
+    /// Whether this user may replace collections with one `RESTORE`
+    /// each (`write::dump`) instead of `UNLINK`, adds and `EXPIRE`: the
+    /// ACL allows it (a probe queued in `MULTI` and discarded, as
+    /// [`Sink::check_access`] does) and every master runs Redis 5.0 or
+    /// later, whose format the values use (Valkey reports its Redis
+    /// version there too). `RESTORE` is optional: it sits in ACL
+    /// category `@dangerous`, which deployments often deny, and
+    /// `cachewright acl` does not grant it. Any doubt keeps the commands,
+    /// and so does `CACHEWRIGHT_RESTORE=false`, without a probe.
+    pub async fn may_restore(&self, settings: &RedisSettings) -> Replace {
+        if !settings.restore {
+            return Replace::Commands;
+        }
+        let key = format!("{}cachewright-acl-probe", settings.prefix);
+        let Some(value) = crate::sink::write::dump::payload(&crate::plan::Value::Set(vec!["x".into()])) else {
+            return Replace::Commands;
+        };
+        let mut probe = redis::cmd("RESTORE");
+        probe.arg(&key).arg(1000).arg(value.as_slice()).arg("REPLACE");
+        let allowed = match self.queued([probe]).await {
+            Ok(replies) => replies.first().is_some_and(|r| !matches!(r, redis::Value::ServerError(_))),
+            Err(_) => false,
+        };
+        let recent = match self.topology().infos(self, &["server"]).await {
+            Ok(infos) => {
+                let version = |info: &str| crate::sink::info_value(info, "redis_version").is_some_and(loads_the_values);
+                !infos.is_empty() && infos.iter().all(|(_, info)| version(info))
+            }
+            Err(_) => false,
+        };
+        tracing::debug!(allowed, recent, "replacing collections with RESTORE: {}", allowed && recent);
+        if allowed && recent { Replace::Restore } else { Replace::Commands }
+    }
+}
+
+/// Whether a Redis of `version` (`INFO server`'s `redis_version`) loads
+/// the values `RESTORE` is given: 5.0 or later.
+fn loads_the_values(version: &str) -> bool {
+    version.split('.').next().and_then(|major| major.parse::<u32>().ok()).is_some_and(|major| major >= 5)
 }
 
 #[cfg(test)]
@@ -292,62 +348,12 @@ mod tests {
             assert!(unprobeable || probed.iter().any(|p| p == base), "{c} has no probe");
         }
     }
-}
-
-impl Sink {
-    /// Whether this user may replace collections with one `RESTORE`
-    /// each (`write::dump`) instead of `UNLINK`, adds and `EXPIRE`: the
-    /// ACL allows it (a probe queued in `MULTI` and discarded, as
-    /// [`Sink::check_access`] does) and every master runs Redis 5.0 or
-    /// later, whose format the values use (Valkey reports its Redis
-    /// version there too). `RESTORE` is optional: it sits in ACL
-    /// category `@dangerous`, which deployments often deny, and
-    /// `cachewright acl` does not grant it. Any doubt keeps the commands,
-    /// and so does `CACHEWRIGHT_RESTORE=false`, without a probe.
-    pub async fn may_restore(&self, settings: &RedisSettings) -> bool {
-        if !settings.restore {
-            return false;
-        }
-        let key = format!("{}cachewright-acl-probe", settings.prefix);
-        let Some(value) = crate::sink::write::dump::payload(&crate::plan::Value::Set(vec!["x".into()])) else {
-            return false;
-        };
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        pipe.cmd("MULTI");
-        pipe.cmd("RESTORE").arg(&key).arg(1000).arg(value.as_slice()).arg("REPLACE");
-        pipe.cmd("DISCARD");
-        let allowed = match self.query_one_node(&pipe).await {
-            Ok(replies) => replies.get(1).is_some_and(|r| !matches!(r, redis::Value::ServerError(_))),
-            Err(_) => false,
-        };
-        let recent = match self.topology().infos(self, &["server"]).await {
-            Ok(infos) => {
-                let version = |info: &str| crate::sink::info_value(info, "redis_version").is_some_and(loads_the_values);
-                !infos.is_empty() && infos.iter().all(|(_, info)| version(info))
-            }
-            Err(_) => false,
-        };
-        tracing::debug!(allowed, recent, "replacing collections with RESTORE: {}", allowed && recent);
-        allowed && recent
-    }
-}
-
-/// Whether a Redis of `version` (`INFO server`'s `redis_version`) loads
-/// the values `RESTORE` is given: 5.0 or later.
-fn loads_the_values(version: &str) -> bool {
-    version.split('.').next().and_then(|major| major.parse::<u32>().ok()).is_some_and(|major| major >= 5)
-}
-
-#[cfg(test)]
-mod restore_tests {
-    use super::loads_the_values;
 
     #[test]
     fn redis_5_and_later_load_the_values() {
-        assert!(loads_the_values("7.0.15"));
-        assert!(loads_the_values("5.0.0"));
-        assert!(!loads_the_values("4.0.14"));
-        assert!(!loads_the_values("unknown"));
+        assert!(super::loads_the_values("7.0.15"));
+        assert!(super::loads_the_values("5.0.0"));
+        assert!(!super::loads_the_values("4.0.14"));
+        assert!(!super::loads_the_values("unknown"));
     }
 }

@@ -133,13 +133,6 @@ pub enum Replace {
     Restore,
 }
 
-impl Replace {
-    /// `Restore` where `RESTORE` may be used, `Commands` otherwise.
-    pub fn chosen(restore: bool) -> Replace {
-        if restore { Replace::Restore } else { Replace::Commands }
-    }
-}
-
 /// Appends the commands that replace every key of `ops` whole (see
 /// [`build_pipeline`]) to `unit`.
 ///

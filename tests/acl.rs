@@ -6,7 +6,6 @@
 mod common;
 
 use cachewright::config::Config;
-use cachewright::serve::{ServeOptions, schedule};
 use common::servers::Redis;
 use std::time::Duration;
 
@@ -89,14 +88,7 @@ async fn rebuild_verify_watch_and_serve_run_as_the_least_privileged_user() {
         ttl: cachewright::config::TierSeconds { count: 864_000, index: 864_000, detail: 864_000, catalog: 864_000 },
         ..cfg.clone()
     };
-    let opts = ServeOptions {
-        schedules: schedule::parse(daily).unwrap(),
-        watch: true,
-        window: Duration::from_millis(50),
-        http: Default::default(),
-        grace: cachewright::serve::SHUTDOWN_GRACE,
-        clock: cachewright::serve::clock::system(),
-    };
+    let opts = common::serve_options(daily);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         cachewright::serve::run(&long, opts, listener, async {

@@ -282,18 +282,9 @@ async fn every_command_works_on_a_cluster() {
         let day = 864_000;
         let ttl = cachewright::config::TierSeconds { count: day, index: day, detail: day, catalog: day };
         let cfg = cachewright::config::Config { ttl, ..cfg.clone() };
-        let opts = cachewright::serve::ServeOptions {
-            // A full rebuild every half hour, within every tier TTL.
-            schedules: cachewright::serve::schedule::parse(
-                "[[schedule]]\nname = \"full\"\ncron = \"0 */30 * * * *\"\njob = \"rebuild\"\n",
-            )
-            .unwrap(),
-            watch: true,
-            window: Duration::from_millis(50),
-            http: Default::default(),
-            grace: cachewright::serve::SHUTDOWN_GRACE,
-            clock: cachewright::serve::clock::system(),
-        };
+        // A full rebuild every half hour, within every tier TTL.
+        let opts =
+            common::serve_options("[[schedule]]\nname = \"full\"\ncron = \"0 */30 * * * *\"\njob = \"rebuild\"\n");
         tokio::spawn(async move {
             cachewright::serve::run(&cfg, opts, listener, async {
                 let _ = stopped.await;
@@ -581,17 +572,7 @@ async fn with_redis_url_down_every_command_starts_from_the_other_seeds() {
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let opts = cachewright::serve::ServeOptions {
-        schedules: cachewright::serve::schedule::parse(
-            "[[schedule]]\nname = \"daily\"\ncron = \"0 0 3 * * *\"\njob = \"rebuild\"\n",
-        )
-        .unwrap(),
-        watch: true,
-        window: Duration::from_millis(50),
-        http: Default::default(),
-        grace: cachewright::serve::SHUTDOWN_GRACE,
-        clock: cachewright::serve::clock::system(),
-    };
+    let opts = common::serve_options("[[schedule]]\nname = \"daily\"\ncron = \"0 0 3 * * *\"\njob = \"rebuild\"\n");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = {
         // TTLs that outlive the daily schedule's gap.

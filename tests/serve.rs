@@ -5,7 +5,7 @@ mod common;
 
 use cachewright::config::Config;
 use cachewright::keys::status::StatusKeys;
-use cachewright::serve::{ServeOptions, schedule};
+use cachewright::serve::ServeOptions;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -33,14 +33,7 @@ fn serve_here_at(
 ) -> Served {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let cfg = cfg.clone();
-    let opts = ServeOptions {
-        schedules: schedule::parse(schedules).unwrap(),
-        watch,
-        window: Duration::from_millis(50),
-        http: Default::default(),
-        grace: cachewright::serve::SHUTDOWN_GRACE,
-        clock,
-    };
+    let opts = ServeOptions { watch, clock, ..common::serve_options(schedules) };
     let handle = tokio::spawn(async move {
         cachewright::serve::run(&cfg, opts, listener, async {
             let _ = stopped.await;
@@ -597,14 +590,8 @@ async fn a_watcher_write_still_on_its_way_when_a_job_starts_is_refused() {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = {
         let cfg = cfg.clone();
-        let opts = ServeOptions {
-            schedules: schedule::parse(schedules).unwrap(),
-            watch: true,
-            window: Duration::from_millis(50),
-            http: Default::default(),
-            grace: Duration::from_secs(1),
-            clock: clock.clone(),
-        };
+        let opts =
+            ServeOptions { grace: Duration::from_secs(1), clock: clock.clone(), ..common::serve_options(schedules) };
         tokio::spawn(async move {
             cachewright::serve::run(&cfg, opts, listener, async {
                 let _ = stopped.await;

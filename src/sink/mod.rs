@@ -393,7 +393,9 @@ impl Sink {
     /// how it replaces collections as [`Sink::connect_for`] does.
     pub async fn connect_writer(settings: &RedisSettings) -> Result<Sink, SinkError> {
         let mut sink = Sink::connect(settings).await?;
-        sink.replace = sink.may_restore(settings).await;
+        // An unreadable version is a doubt: the commands.
+        let servers = sink.topology().infos(&sink, &["server"]).await.unwrap_or_default();
+        sink.replace = sink.may_restore(settings, &servers).await;
         Ok(sink)
     }
 
@@ -404,8 +406,12 @@ impl Sink {
         let mut sink = Sink::connect(settings).await?;
         sink.check_access(settings, access).await?;
         if access == Access::Write {
-            sink.check_eviction(settings.allow_eviction).await?;
-            sink.replace = sink.may_restore(settings).await;
+            // One read of every master serves both checks: `INFO`'s
+            // default sections hold `memory` and `server` (Redis before
+            // 7.0 takes one section a call, not a list).
+            let infos = sink.topology().infos(&sink, &[]).await?;
+            acl::check_eviction(&infos, settings.allow_eviction)?;
+            sink.replace = sink.may_restore(settings, &infos).await;
         }
         Ok(sink)
     }

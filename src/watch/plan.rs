@@ -219,7 +219,7 @@ fn plan_scoped(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCt
     // whose catalogue side changed, are replaced whole.
     let mut whole_tags = tags.clone();
     // Categories whose activation this batch changed from what the cache
-    // is known to hold (see `categories_patch`).
+    // is known to hold (see `categories_write`).
     let mut sure_flips: HashSet<String> = HashSet::new();
     tags.extend(applied.tags.iter().cloned());
     channels.extend(applied.channels.iter().cloned());
@@ -325,7 +325,7 @@ fn plan_scoped(state: &State, applied: &Applied, redis: &RedisView, ctx: &PlanCt
     let found: Vec<Option<SetWrite>> = {
         use rayon::prelude::*;
         let flips = Flips::new(state, &flipped, &sure_flips, shape.restore);
-        let patch = |w: &&String| categories_patch(state, applied, redis, ctx, &flips, w);
+        let patch = |w: &&String| categories_write(state, applied, redis, ctx, &flips, w);
         listed.par_iter().with_min_len(PATCH_CHUNK).map(patch).collect()
     };
     for (w, write) in listed.into_iter().zip(found) {
@@ -497,7 +497,7 @@ fn trusted(state: &State, w: &str) -> bool {
     !(state.catching_up || state.replayed || state.dirty.videos.contains(w))
 }
 
-/// What [`categories_patch`] asks of every member of a flipped category,
+/// What [`categories_write`] asks of every member of a flipped category,
 /// by symbol: which categories are active now, which the batch flipped,
 /// and which of those flips are sure. With a flip, the first is read
 /// once for the batch into a table by symbol, so that a member costs
@@ -550,9 +550,10 @@ enum SetWrite {
     Gone,
 }
 
-/// The `video:categories` patch of video `w` (`SADD` of the categories
-/// it joins, then `SREM` of those it leaves) when the batch knows what
-/// its key holds before: for a video the batch touched, what it just
+/// How video `w`'s `video:categories` is written without planning it
+/// whole from scratch: a patch (`SADD` of the categories it joins, then
+/// `SREM` of those it leaves) when the batch knows what its key holds
+/// before: for a video the batch touched, what it just
 /// read of it from Redis; for another (a member of categories the batch
 /// (de)activated), its active categories with those flips undone, when
 /// each of them is sure (`flips`: the batch's flipped categories, and
@@ -562,7 +563,7 @@ enum SetWrite {
 /// deleted when it has none. `None`, and the set is planned whole, for
 /// a video not [`trusted`] or not active, a key that waits for its slot
 /// (unknown contents), or a key missing before and after.
-fn categories_patch(
+fn categories_write(
     state: &State,
     applied: &Applied,
     redis: &RedisView,

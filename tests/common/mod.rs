@@ -79,6 +79,20 @@ impl Setup {
     }
 }
 
+/// `serve`'s options as the tests run it: `schedules` (a schedule file's
+/// text), the watcher on with a 50 ms window, the default HTTP limits,
+/// grace and clock. A test changes what it needs with `..`.
+pub fn serve_options(schedules: &str) -> cachewright::serve::ServeOptions {
+    cachewright::serve::ServeOptions {
+        schedules: cachewright::serve::schedule::parse(schedules).expect("the test's schedules parse"),
+        watch: true,
+        window: std::time::Duration::from_millis(50),
+        http: Default::default(),
+        grace: cachewright::serve::SHUTDOWN_GRACE,
+        clock: cachewright::serve::clock::system(),
+    }
+}
+
 /// A unique name for this test's database and prefix.
 pub fn unique(tag: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);

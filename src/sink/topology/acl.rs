@@ -203,29 +203,27 @@ impl Sink {
     }
 }
 
-impl Sink {
-    /// Refuses to write where Redis may evict any key under memory
-    /// pressure (`maxmemory-policy allkeys-*`, on any master): the lease,
-    /// the fencing epoch, the watcher's tokens and pending record carry no
-    /// TTL, and losing one silently (a second writer, a skipped replay)
-    /// leaves the cache wrong. `noeviction` and the `volatile-*` policies
-    /// only ever evict keys with a TTL: cache keys, which readers miss
-    /// and the next write restores. With `allow`, warns instead.
-    pub async fn check_eviction(&self, allow: bool) -> Result<(), SinkError> {
-        let infos = self.topology().infos(self, &["memory"]).await?;
-        for (node, info) in infos {
-            let Some(policy) = crate::sink::info_value(&info, "maxmemory_policy") else { continue };
-            if !policy.starts_with("allkeys-") {
-                continue;
-            }
-            if allow {
-                tracing::warn!(%node, policy, "Redis may evict cachewright's control records (CACHEWRIGHT_ALLOW_EVICTION=true)");
-                continue;
-            }
-            return Err(SinkError::Eviction { node, policy: policy.to_string() });
+/// Refuses to write where Redis may evict any key under memory pressure
+/// (`maxmemory-policy allkeys-*`, on any master of `infos`, each
+/// master's `INFO memory`): the lease, the fencing epoch, the watcher's
+/// tokens and pending record carry no TTL, and losing one silently (a
+/// second writer, a skipped replay) leaves the cache wrong. `noeviction`
+/// and the `volatile-*` policies only ever evict keys with a TTL: cache
+/// keys, which readers miss and the next write restores. With `allow`,
+/// warns instead.
+pub(in crate::sink) fn check_eviction(infos: &[(String, String)], allow: bool) -> Result<(), SinkError> {
+    for (node, info) in infos {
+        let Some(policy) = crate::sink::info_value(info, "maxmemory_policy") else { continue };
+        if !policy.starts_with("allkeys-") {
+            continue;
         }
-        Ok(())
+        if allow {
+            tracing::warn!(%node, policy, "Redis may evict cachewright's control records (CACHEWRIGHT_ALLOW_EVICTION=true)");
+            continue;
+        }
+        return Err(SinkError::Eviction { node: node.clone(), policy: policy.to_string() });
     }
+    Ok(())
 }
 
 impl Sink {
@@ -281,12 +279,14 @@ impl Sink {
     /// each (`write::dump`) instead of `UNLINK`, adds and `EXPIRE`: the
     /// ACL allows it (a probe queued in `MULTI` and discarded, as
     /// [`Sink::check_access`] does) and every master runs Redis 5.0 or
-    /// later, whose format the values use (Valkey reports its Redis
-    /// version there too). `RESTORE` is optional: it sits in ACL
-    /// category `@dangerous`, which deployments often deny, and
-    /// `cachewright acl` does not grant it. Any doubt keeps the commands,
-    /// and so does `CACHEWRIGHT_RESTORE=false`, without a probe.
-    pub async fn may_restore(&self, settings: &RedisSettings) -> Replace {
+    /// later, whose format the values use (`servers`: each master's
+    /// `INFO server`, read by the caller with whatever else its start
+    /// needs; Valkey reports its Redis version there too). `RESTORE` is
+    /// optional: it sits in ACL category `@dangerous`, which deployments
+    /// often deny, and `cachewright acl` does not grant it. Any doubt
+    /// keeps the commands, and so does `CACHEWRIGHT_RESTORE=false`,
+    /// without a probe.
+    pub async fn may_restore(&self, settings: &RedisSettings, servers: &[(String, String)]) -> Replace {
         if !settings.restore {
             return Replace::Commands;
         }
@@ -300,16 +300,17 @@ impl Sink {
             Ok(replies) => replies.first().is_some_and(|r| !matches!(r, redis::Value::ServerError(_))),
             Err(_) => false,
         };
-        let recent = match self.topology().infos(self, &["server"]).await {
-            Ok(infos) => {
-                let version = |info: &str| crate::sink::info_value(info, "redis_version").is_some_and(loads_the_values);
-                !infos.is_empty() && infos.iter().all(|(_, info)| version(info))
-            }
-            Err(_) => false,
-        };
+        let recent = all_load_the_values(servers);
         tracing::debug!(allowed, recent, "replacing collections with RESTORE: {}", allowed && recent);
         if allowed && recent { Replace::Restore } else { Replace::Commands }
     }
+}
+
+/// Whether every master of `servers` (each one's `INFO server`) loads the
+/// values `RESTORE` is given; none known is a doubt.
+fn all_load_the_values(servers: &[(String, String)]) -> bool {
+    let version = |info: &str| crate::sink::info_value(info, "redis_version").is_some_and(loads_the_values);
+    !servers.is_empty() && servers.iter().all(|(_, info)| version(info))
 }
 
 /// Whether a Redis of `version` (`INFO server`'s `redis_version`) loads
@@ -355,5 +356,38 @@ mod tests {
         assert!(super::loads_the_values("5.0.0"));
         assert!(!super::loads_the_values("4.0.14"));
         assert!(!super::loads_the_values("unknown"));
+    }
+
+    fn infos(field: &str, values: &[&str]) -> Vec<(String, String)> {
+        let info = |(i, v): (usize, &&str)| (format!("m{i}"), format!("# Section\r\n{field}:{v}\r\nother:1\r\n"));
+        values.iter().enumerate().map(info).collect()
+    }
+
+    /// Every master must load the values; an unknown version, or no
+    /// master read at all, keeps the commands.
+    #[test]
+    fn restore_needs_every_master_recent() {
+        assert!(all_load_the_values(&infos("redis_version", &["7.0.15", "6.2.1"])));
+        assert!(!all_load_the_values(&infos("redis_version", &["7.0.15", "4.0.14"])));
+        assert!(!all_load_the_values(&infos("redis_build_id", &["7.0.15"])));
+        assert!(!all_load_the_values(&[]));
+    }
+
+    /// Only `allkeys-*` may evict a key without a TTL, on any master;
+    /// allowed, it is a warning.
+    #[test]
+    fn an_allkeys_policy_on_any_master_refuses_writing() {
+        for safe in ["noeviction", "volatile-lru", "volatile-ttl"] {
+            assert!(check_eviction(&infos("maxmemory_policy", &[safe, "noeviction"]), false).is_ok());
+        }
+        let evicting = infos("maxmemory_policy", &["noeviction", "allkeys-lru"]);
+        match check_eviction(&evicting, false) {
+            Err(SinkError::Eviction { node, policy }) => {
+                assert_eq!((node.as_str(), policy.as_str()), ("m1", "allkeys-lru"))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(check_eviction(&evicting, true).is_ok());
+        assert!(check_eviction(&infos("used_memory", &["1"]), false).is_ok());
     }
 }

@@ -45,7 +45,8 @@ pub struct RedisStats {
 }
 
 impl RedisStats {
-    /// Reads the figures out of an `INFO memory` + `INFO stats` reply.
+    /// Reads the figures out of an `INFO` reply that holds `memory` and
+    /// `stats`.
     pub fn from_info(info: &str) -> RedisStats {
         let field = |name| crate::sink::info_value(info, name).and_then(|v| v.parse().ok()).unwrap_or(0);
         RedisStats {

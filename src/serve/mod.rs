@@ -226,7 +226,7 @@ impl Shared {
 
     /// `/metrics`: Redis's figures are read first, within a second.
     async fn metrics(&self) -> Response {
-        let info = tokio::time::timeout(Duration::from_secs(1), self.sink.info("memory", "stats")).await;
+        let info = tokio::time::timeout(Duration::from_secs(1), self.sink.info()).await;
         let stats = match info {
             Ok(Ok(info)) => Some(metrics::RedisStats::from_info(&info)),
             _ => None,

@@ -115,11 +115,12 @@ impl Sink {
         .await
     }
 
-    /// `INFO` of two sections in one reply; on a cluster, every master's
-    /// numeric fields summed (memory, hits and misses of the whole
-    /// cluster).
-    pub async fn info(&self, first: &str, second: &str) -> Result<String, SinkError> {
-        let infos = self.topology().infos(self, &[first, second]).await?;
+    /// `INFO` of its default sections (`memory` and `stats` among them)
+    /// in one reply; on a cluster, every master's numeric fields summed
+    /// (memory, hits and misses of the whole cluster). Not a list of
+    /// sections: Redis before 7.0 refuses more than one.
+    pub async fn info(&self) -> Result<String, SinkError> {
+        let infos = self.topology().infos(self, &[]).await?;
         Ok(merged(infos))
     }
 

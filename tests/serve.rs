@@ -199,10 +199,10 @@ async fn two_instances_run_exactly_one_rebuild_per_fire() {
     let status = format!("cw-{name}:");
     let cfg = serve_env(&name, &status).redis(&redis.url()).config();
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
-    // What one writer's start-up costs in `DISCARD`s (the permission
-    // check and the `RESTORE` probe each queue a `MULTI` and discard it),
-    // measured rather than assumed, so the wait below counts both
-    // instances' start-ups and not only the first one's.
+    // What one writer's start-up costs in `DISCARD`s (its permission
+    // check queues a `MULTI` of probes and discards it), measured rather
+    // than assumed, so the wait below counts both instances' start-ups
+    // and not only the first one's.
     let before = common::command_calls(&redis.url(), "discard").await;
     drop(cachewright::sink::Sink::connect_for(&cfg.redis(), cachewright::sink::Access::Write).await.unwrap());
     let per_start = common::command_calls(&redis.url(), "discard").await - before;

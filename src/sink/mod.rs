@@ -404,14 +404,14 @@ impl Sink {
     /// [`acl`]), before the caller writes anything.
     pub async fn connect_for(settings: &RedisSettings, access: Access) -> Result<Sink, SinkError> {
         let mut sink = Sink::connect(settings).await?;
-        sink.check_access(settings, access).await?;
+        let may_restore = sink.check_access(settings, access).await?;
         if access == Access::Write {
             // One read of every master serves both checks: `INFO`'s
             // default sections hold `memory` and `server` (Redis before
             // 7.0 takes one section a call, not a list).
             let infos = sink.topology().infos(&sink, &[]).await?;
             acl::check_eviction(&infos, settings.allow_eviction)?;
-            sink.replace = sink.may_restore(settings, &infos).await;
+            sink.replace = acl::restore_choice(may_restore, &infos);
         }
         Ok(sink)
     }

@@ -175,13 +175,17 @@ fn refusal(err: &redis::RedisError) -> Option<String> {
 impl Sink {
     /// Checks that this connection's user may do what `access` needs,
     /// without executing anything. On a refusal, names each denied
-    /// command and how to grant it.
-    pub async fn check_access(&self, settings: &RedisSettings, access: Access) -> Result<(), SinkError> {
+    /// command and how to grant it. A writer's optional `RESTORE` probe
+    /// (see [`Sink::may_restore`]) rides in the same transaction: the
+    /// answer is whether this user may run it (false when
+    /// `CACHEWRIGHT_RESTORE=false`, which sends no probe). Its refusal
+    /// is no error.
+    pub async fn check_access(&self, settings: &RedisSettings, access: Access) -> Result<bool, SinkError> {
         let probes = probes(settings, access);
-        let replies = match self
-            .queued(probes.iter().map(|probe| redis::cmd(&probe.args[0]).arg(&probe.args[1..]).clone()))
-            .await
-        {
+        let restore = if access == Access::Write { restore_probe(settings) } else { None };
+        let with_restore = restore.is_some();
+        let commands = probes.iter().map(|probe| redis::cmd(&probe.args[0]).arg(&probe.args[1..]).clone());
+        let replies = match self.queued(commands.chain(restore)).await {
             Ok(replies) => replies,
             Err(source) => {
                 if let Some(reason) = refusal(&source) {
@@ -199,7 +203,10 @@ impl Sink {
                 }
             }
         }
-        if denied.is_empty() { Ok(()) } else { Err(SinkError::Permission { denied, grant: grant_hint(settings) }) }
+        if !denied.is_empty() {
+            return Err(SinkError::Permission { denied, grant: grant_hint(settings) });
+        }
+        Ok(with_restore && replies.get(probes.len()).is_some_and(granted))
     }
 }
 
@@ -287,23 +294,39 @@ impl Sink {
     /// keeps the commands, and so does `CACHEWRIGHT_RESTORE=false`,
     /// without a probe.
     pub async fn may_restore(&self, settings: &RedisSettings, servers: &[(String, String)]) -> Replace {
-        if !settings.restore {
-            return Replace::Commands;
-        }
-        let key = format!("{}cachewright-acl-probe", settings.prefix);
-        let Some(value) = crate::sink::write::dump::payload(&crate::plan::Value::Set(vec!["x".into()])) else {
-            return Replace::Commands;
-        };
-        let mut probe = redis::cmd("RESTORE");
-        probe.arg(&key).arg(1000).arg(value.as_slice()).arg("REPLACE");
+        let Some(probe) = restore_probe(settings) else { return Replace::Commands };
         let allowed = match self.queued([probe]).await {
-            Ok(replies) => replies.first().is_some_and(|r| !matches!(r, redis::Value::ServerError(_))),
+            Ok(replies) => replies.first().is_some_and(granted),
             Err(_) => false,
         };
-        let recent = all_load_the_values(servers);
-        tracing::debug!(allowed, recent, "replacing collections with RESTORE: {}", allowed && recent);
-        if allowed && recent { Replace::Restore } else { Replace::Commands }
+        restore_choice(allowed, servers)
     }
+}
+
+/// The `RESTORE` probe (a one-member set under the prefix, never run):
+/// none when `CACHEWRIGHT_RESTORE=false`.
+fn restore_probe(settings: &RedisSettings) -> Option<redis::Cmd> {
+    if !settings.restore {
+        return None;
+    }
+    let key = format!("{}cachewright-acl-probe", settings.prefix);
+    let value = crate::sink::write::dump::payload(&crate::plan::Value::Set(vec!["x".into()]))?;
+    let mut probe = redis::cmd("RESTORE");
+    probe.arg(&key).arg(1000).arg(value.as_slice()).arg("REPLACE");
+    Some(probe)
+}
+
+/// Whether a queued probe's reply lets it run (`QUEUED`, not an error).
+fn granted(reply: &redis::Value) -> bool {
+    !matches!(reply, redis::Value::ServerError(_))
+}
+
+/// How collections are replaced, given whether the user may `RESTORE`
+/// and each master's `INFO server` (see [`Sink::may_restore`]).
+pub(in crate::sink) fn restore_choice(allowed: bool, servers: &[(String, String)]) -> Replace {
+    let recent = all_load_the_values(servers);
+    tracing::debug!(allowed, recent, "replacing collections with RESTORE: {}", allowed && recent);
+    if allowed && recent { Replace::Restore } else { Replace::Commands }
 }
 
 /// Whether every master of `servers` (each one's `INFO server`) loads the

@@ -393,7 +393,9 @@ impl Sink {
     /// how it replaces collections as [`Sink::connect_for`] does.
     pub async fn connect_writer(settings: &RedisSettings) -> Result<Sink, SinkError> {
         let mut sink = Sink::connect(settings).await?;
-        // An unreadable version is a doubt: the commands.
+        // Only the version is needed here (no eviction check: the user
+        // was checked when the process started); unreadable, it is a
+        // doubt, and the commands are kept.
         let servers = sink.topology().infos(&sink, &["server"]).await.unwrap_or_default();
         sink.replace = sink.may_restore(settings, &servers).await;
         Ok(sink)

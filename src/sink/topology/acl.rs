@@ -211,8 +211,8 @@ impl Sink {
 }
 
 /// Refuses to write where Redis may evict any key under memory pressure
-/// (`maxmemory-policy allkeys-*`, on any master of `infos`, each
-/// master's `INFO memory`): the lease, the fencing epoch, the watcher's
+/// (`maxmemory-policy allkeys-*`, on any master of `infos`: each
+/// master's `INFO` reply holding its `memory` section): the lease, the fencing epoch, the watcher's
 /// tokens and pending record carry no TTL, and losing one silently (a
 /// second writer, a skipped replay) leaves the cache wrong. `noeviction`
 /// and the `volatile-*` policies only ever evict keys with a TTL: cache

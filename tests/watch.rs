@@ -552,6 +552,16 @@ async fn the_watcher_rebuilds_after_redis_loses_its_keys() {
     d.changes(20).await;
     d.settle(&redis.url(), &prefix).await;
     redis.restart();
+    // No change follows: the idle watcher still notices the new server
+    // and rebuilds, rather than leaving the cache empty until the next
+    // change (each stream reports its token every second, and every
+    // batch, an empty one too, first asks which servers Redis runs on).
+    let rebuilds = || watcher.metrics.rebuilds.load(std::sync::atomic::Ordering::Relaxed);
+    common::wait_for("the idle watcher to rebuild into the restarted Redis", Duration::from_secs(60), || async {
+        rebuilds() == 2 && watcher.metrics.is_streaming()
+    })
+    .await;
+    common::assert_exact_at(&redis.url(), &cfg).await;
     d.changes(20).await;
     d.settle_streaming(&watcher, &redis.url(), &prefix).await;
     let metrics = watcher.stop().await;

@@ -71,9 +71,13 @@ async fn rebuild_verify_watch_and_serve_run_as_the_least_privileged_user() {
     let watcher = common::watcher::start_streaming(&cfg).await;
     let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
     let tags = source.database().collection::<mongodb::bson::Document>("Tag");
-    tags.insert_one(mongodb::bson::doc! { "_id": mongodb::bson::oid::ObjectId::new(), "name": "acl-tag" })
-        .await
-        .unwrap();
+    // An active tag of an active category: the watcher rewrites data
+    // keys for it (a tag without `seq` and `categoryId` would be
+    // rejected and write none).
+    let tag = mongodb::bson::doc! {
+        "_id": mongodb::bson::oid::ObjectId::new(), "name": "acl-tag", "seq": 1, "categoryId": "c1", "status": 1,
+    };
+    tags.insert_one(tag).await.unwrap();
     common::wait_for("the watcher to apply the new tag", Duration::from_secs(30), || async {
         cache_equals_a_fresh_rebuild(&redis, &cfg).await
     })

@@ -212,12 +212,12 @@ impl Sink {
 
 /// Refuses to write where Redis may evict any key under memory pressure
 /// (`maxmemory-policy allkeys-*`, on any master of `infos`: each
-/// master's `INFO` reply holding its `memory` section): the lease, the fencing epoch, the watcher's
-/// tokens and pending record carry no TTL, and losing one silently (a
-/// second writer, a skipped replay) leaves the cache wrong. `noeviction`
-/// and the `volatile-*` policies only ever evict keys with a TTL: cache
-/// keys, which readers miss and the next write restores. With `allow`,
-/// warns instead.
+/// master's `INFO` reply holding its `memory` section): the lease, the
+/// fencing epoch, the watcher's tokens and pending record carry no TTL,
+/// and losing one silently (a second writer, a skipped replay) leaves
+/// the cache wrong. `noeviction` and the `volatile-*` policies only ever
+/// evict keys with a TTL: cache keys, which readers miss and the next
+/// write restores. With `allow`, warns instead.
 pub(in crate::sink) fn check_eviction(infos: &[(String, String)], allow: bool) -> Result<(), SinkError> {
     for (node, info) in infos {
         let Some(policy) = crate::sink::info_value(info, "maxmemory_policy") else { continue };

@@ -546,10 +546,24 @@ pub struct SentinelSet {
 
 impl SentinelSet {
     pub fn start() -> SentinelSet {
+        SentinelSet::start_with(true)
+    }
+
+    /// The set without `min-replicas-to-write`: its master takes writes
+    /// with no replica connected, the deployment an operator's lost
+    /// writes come from.
+    pub fn start_unguarded() -> SentinelSet {
+        SentinelSet::start_with(false)
+    }
+
+    fn start_with(guarded: bool) -> SentinelSet {
         // As the deployment guide asks: a master that has lost its
         // replica (an old master after a fail-over, before the sentinels
         // demote it) refuses writes, which would otherwise be lost.
-        let safe = || ["--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"].map(String::from).to_vec();
+        let safe = || match guarded {
+            true => ["--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"].map(String::from).to_vec(),
+            false => Vec::new(),
+        };
         let master = Redis::start_with(safe());
         let mut replica_args = vec!["--replicaof".into(), "127.0.0.1".into(), master.port.to_string()];
         replica_args.extend(safe());
@@ -648,6 +662,27 @@ impl SentinelSet {
         let before = self.master_port();
         let out = self.sentinel_cli(self.sentinel_ports[0], &["SENTINEL", "FAILOVER", "mymaster"]);
         assert!(out.contains("OK"), "SENTINEL FAILOVER: {out}");
+        self.wait_promoted(before)
+    }
+
+    /// Cuts the replica off its master for good: its link is closed and
+    /// each attempt to open it again fails (it now authenticates with a
+    /// password the master does not have), so the master goes on alone
+    /// and nothing it takes from now on reaches the replica.
+    pub fn detach_replica(&self) {
+        let set = self.sentinel_cli(self.replica.port, &["CONFIG", "SET", "masterauth", "not-the-masters"]);
+        assert!(set.contains("OK"), "CONFIG SET masterauth: {set}");
+        self.sentinel_cli(self.master.port, &["CLIENT", "KILL", "TYPE", "replica"]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.sentinel_cli(self.master.port, &["INFO", "replication"]).contains("connected_slaves:0") {
+            assert!(Instant::now() < deadline, "the replica was still connected after 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until the sentinels name another master than `before`, and
+    /// that node says it is master.
+    pub fn wait_promoted(&self, before: u16) -> u16 {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let now = self.master_port();

@@ -1247,6 +1247,32 @@ async fn patches_and_drift(setup: Setup) {
     assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 54).await;
 }
 
+/// A watcher streaming seeded data into a fresh 3-master cluster with a
+/// replica each, settled.
+struct ReplicatedWatch {
+    cluster: common::servers::RedisCluster,
+    url: String,
+    name: String,
+    prefix: String,
+    d: Data,
+    watcher: common::watcher::Watcher,
+}
+
+impl ReplicatedWatch {
+    async fn start(name: &str, seed: u64) -> ReplicatedWatch {
+        let cluster = tokio::task::block_in_place(common::servers::RedisCluster::start_with_replicas);
+        let url = cluster.url();
+        let name = common::unique(name);
+        let prefix = format!("w{name}");
+        let cfg = watch_env(&name, &prefix).redis(&url).config();
+        let mut d = data(&cfg, seed).await;
+        d.seed().await;
+        let watcher = start_streaming(&cfg).await;
+        d.settle(&url, &prefix).await;
+        ReplicatedWatch { cluster, url, name, prefix, d, watcher }
+    }
+}
+
 /// Issue 22's manual fail-over: on a 6-node cluster (3 masters with a
 /// replica each), an operator runs `CLUSTER FAILOVER` on every replica,
 /// one after the other, while changes keep arriving and the watcher
@@ -1257,15 +1283,8 @@ async fn patches_and_drift(setup: Setup) {
 async fn a_fail_over_of_every_master_while_watching_leaves_the_cache_exact() {
     let _serial = SERIAL.lock().await;
     let s = common::shared();
-    let cluster = tokio::task::block_in_place(common::servers::RedisCluster::start_with_replicas);
-    let url = cluster.url();
-    let name = common::unique("watchfailover");
-    let prefix = format!("w{name}");
-    let cfg = watch_env(&name, &prefix).redis(&url).config();
-    let mut d = data(&cfg, 61).await;
-    d.seed().await;
-    let watcher = start_streaming(&cfg).await;
-    d.settle(&url, &prefix).await;
+    let ReplicatedWatch { cluster, url, name, prefix, mut d, watcher } =
+        ReplicatedWatch::start("watchfailover", 61).await;
 
     // The three replicas, once each is in sync with its master.
     let replicas = tokio::task::block_in_place(|| cluster.synced_replicas(3));
@@ -1308,6 +1327,51 @@ async fn a_fail_over_of_every_master_while_watching_leaves_the_cache_exact() {
         "a promotion shows as a new run_id and the watcher redid a rebuild"
     );
     assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 61).await;
+}
+
+/// The lost write made certain on a cluster: a replica is cut off its
+/// master (which goes on alone), the watcher's changes land on that
+/// master until it holds a key its replica lacks, then the master is
+/// paused, its replica takes over without it (`TAKEOVER`), and the old
+/// master comes back as a replica of the new one and drops what it held.
+/// The replaced master shows as a new `run_id`, so the watcher rebuilds;
+/// afterwards the cache equals a fresh rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_replaced_with_writes_its_replica_never_got_is_followed_by_a_rebuild() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let _serial = SERIAL.lock().await;
+    let s = common::shared();
+    let ReplicatedWatch { cluster, url, name, prefix, mut d, watcher } = ReplicatedWatch::start("watchlost", 62).await;
+
+    let (replica, master) = tokio::task::block_in_place(|| cluster.synced_replicas(1))[0];
+    tokio::task::block_in_place(|| cluster.detach_replica(replica, master));
+    let pattern = format!("{prefix}:*");
+    for round in 1.. {
+        d.changes(20).await;
+        d.settle(&url, &prefix).await;
+        let (on_master, on_replica) = (cluster.keys_on(master, &pattern), cluster.keys_on(replica, &pattern));
+        if on_master.difference(&on_replica).next().is_some() {
+            break;
+        }
+        assert!(round < 10, "after {round} rounds of changes the master on {master} held no key its replica lacks");
+    }
+    let rebuilds = watcher.metrics.rebuilds.load(Relaxed);
+    let old = cluster.nodes.iter().position(|n| n.port == master).unwrap();
+    tokio::task::block_in_place(|| {
+        common::signal(cluster.nodes[old].pid(), "-STOP");
+        cluster.promote(replica, Some("TAKEOVER"));
+        common::signal(cluster.nodes[old].pid(), "-CONT");
+        cluster.wait_ok();
+    });
+    common::wait_for("the old master to come back as a replica", Duration::from_secs(60), || async {
+        cluster.replication(master).contains("role:slave")
+    })
+    .await;
+    d.changes(20).await;
+    d.settle_streaming(&watcher, &url, &prefix).await;
+    let metrics = watcher.stop().await;
+    assert!(metrics.rebuilds.load(Relaxed) > rebuilds, "the replaced master shows as a new run_id: a rebuild");
+    assert_same_as_rebuild(&s.mongo.uri(), &url, &name, &prefix, 62).await;
 }
 
 /// Issue 22's uncovered slot: a 3-master cluster without replicas and

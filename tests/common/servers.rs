@@ -439,6 +439,24 @@ impl RedisCluster {
         String::from_utf8_lossy(&out.stdout).replace('\r', "")
     }
 
+    /// Cuts the replica on `replica` off its master on `master` for good
+    /// (see [`cut_off_replica`]).
+    pub fn detach_replica(&self, replica: u16, master: u16) {
+        let cli = |port: u16, args: &[&str]| {
+            let mut all = vec!["-p".to_string(), port.to_string()];
+            all.extend(args.iter().map(|a| a.to_string()));
+            String::from_utf8_lossy(&self.cli(&all).stdout).replace('\r', "")
+        };
+        cut_off_replica(&cli, replica, master);
+    }
+
+    /// The names of the keys matching `pattern` on the node at `port`
+    /// alone (a replica's too: `SCAN` names no key).
+    pub fn keys_on(&self, port: u16, pattern: &str) -> std::collections::BTreeSet<String> {
+        let out = self.cli(&["-p".into(), port.to_string(), "--scan".into(), "--pattern".into(), pattern.into()]);
+        String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+    }
+
     /// Waits until at least `n` replicas have their link to their master
     /// up; gives each one's port and its master's port.
     pub fn synced_replicas(&self, n: usize) -> Vec<(u16, u16)> {
@@ -531,6 +549,22 @@ impl RedisCluster {
     pub fn restart(&mut self, i: usize) {
         self.nodes[i].restart();
         self.wait_ok();
+    }
+}
+
+/// Cuts the replica on `replica` off its master on `master` for good: its
+/// link is closed and each attempt to open it again fails (it now
+/// authenticates with a password the master does not have), so the
+/// master goes on alone and nothing it takes from now on reaches the
+/// replica. `cli` runs a command on a port and gives its output.
+fn cut_off_replica(cli: &dyn Fn(u16, &[&str]) -> String, replica: u16, master: u16) {
+    let set = cli(replica, &["CONFIG", "SET", "masterauth", "not-the-masters"]);
+    assert!(set.contains("OK"), "CONFIG SET masterauth: {set}");
+    cli(master, &["CLIENT", "KILL", "TYPE", "replica"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cli(master, &["INFO", "replication"]).contains("connected_slaves:0") {
+        assert!(Instant::now() < deadline, "the replica was still connected after 30 s");
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -665,19 +699,9 @@ impl SentinelSet {
         self.wait_promoted(before)
     }
 
-    /// Cuts the replica off its master for good: its link is closed and
-    /// each attempt to open it again fails (it now authenticates with a
-    /// password the master does not have), so the master goes on alone
-    /// and nothing it takes from now on reaches the replica.
+    /// Cuts the replica off its master for good (see [`cut_off_replica`]).
     pub fn detach_replica(&self) {
-        let set = self.sentinel_cli(self.replica.port, &["CONFIG", "SET", "masterauth", "not-the-masters"]);
-        assert!(set.contains("OK"), "CONFIG SET masterauth: {set}");
-        self.sentinel_cli(self.master.port, &["CLIENT", "KILL", "TYPE", "replica"]);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.sentinel_cli(self.master.port, &["INFO", "replication"]).contains("connected_slaves:0") {
-            assert!(Instant::now() < deadline, "the replica was still connected after 30 s");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        cut_off_replica(&|port, args| self.sentinel_cli(port, args), self.replica.port, self.master.port);
     }
 
     /// Waits until the sentinels name another master than `before`, and

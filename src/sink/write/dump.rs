@@ -87,14 +87,40 @@ fn bytes(out: &mut Vec<u8>, b: &[u8]) {
 
 /// CRC-64/Jones as Redis computes it: reflected, initial value 0, the
 /// polynomial 0xad93d23594c935a9 (reversed below).
+///
+/// Eight bytes a step ("slicing by 8", as Redis's own `crcspeed` does):
+/// a byte at a time, each step waits on the table lookup of the one
+/// before, and the restored values of a rebuild (every collection it
+/// writes) made that a few percent of its CPU. Table `k` holds what a
+/// byte contributes when `k` more zero bytes follow it, so the eight
+/// lookups of a step are independent of each other.
 fn crc64(data: &[u8]) -> u64 {
-    static TABLE: [u64; 256] = table();
-    data.iter().fold(0u64, |crc, &b| TABLE[((crc ^ b as u64) & 0xff) as usize] ^ (crc >> 8))
+    static TABLES: [[u64; 256]; 8] = tables();
+    let mut crc = 0u64;
+    let mut chunks = data.chunks_exact(8);
+    for chunk in &mut chunks {
+        let x = crc ^ u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        let byte = |i: usize| ((x >> (8 * i)) & 0xff) as usize;
+        crc = TABLES[7][byte(0)]
+            ^ TABLES[6][byte(1)]
+            ^ TABLES[5][byte(2)]
+            ^ TABLES[4][byte(3)]
+            ^ TABLES[3][byte(4)]
+            ^ TABLES[2][byte(5)]
+            ^ TABLES[1][byte(6)]
+            ^ TABLES[0][byte(7)];
+    }
+    crc64_bytes(crc, chunks.remainder(), &TABLES[0])
 }
 
-const fn table() -> [u64; 256] {
+/// The CRC a byte at a time, from `crc`, with the plain table.
+fn crc64_bytes(crc: u64, data: &[u8], table: &[u64; 256]) -> u64 {
+    data.iter().fold(crc, |crc, &b| table[((crc ^ b as u64) & 0xff) as usize] ^ (crc >> 8))
+}
+
+const fn tables() -> [[u64; 256]; 8] {
     const REVERSED: u64 = 0x95ac_9329_ac4b_c9b5;
-    let mut table = [0u64; 256];
+    let mut tables = [[0u64; 256]; 8];
     let mut i = 0;
     while i < 256 {
         let mut c = i as u64;
@@ -103,10 +129,20 @@ const fn table() -> [u64; 256] {
             c = if c & 1 == 1 { (c >> 1) ^ REVERSED } else { c >> 1 };
             bit += 1;
         }
-        table[i] = c;
+        tables[0][i] = c;
         i += 1;
     }
-    table
+    let mut k = 1;
+    while k < 8 {
+        let mut i = 0;
+        while i < 256 {
+            let prev = tables[k - 1][i];
+            tables[k][i] = (prev >> 8) ^ tables[0][(prev & 0xff) as usize];
+            i += 1;
+        }
+        k += 1;
+    }
+    tables
 }
 
 #[cfg(test)]
@@ -118,6 +154,17 @@ mod tests {
     #[test]
     fn the_checksum_is_redis_s() {
         assert_eq!(crc64(b"123456789"), 0xe9c6_d914_c4b8_d9ca);
+    }
+
+    proptest::proptest! {
+        /// Eight bytes a step give the CRC a byte at a time gives, at
+        /// every length and alignment.
+        #[test]
+        fn eight_bytes_a_step_equal_one_at_a_time(data in proptest::collection::vec(proptest::num::u8::ANY, 0..200), skip in 0usize..8) {
+            let data = &data[skip.min(data.len())..];
+            static TABLES: [[u64; 256]; 8] = tables();
+            proptest::prop_assert_eq!(crc64(data), crc64_bytes(0, data, &TABLES[0]));
+        }
     }
 
     #[test]

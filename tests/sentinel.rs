@@ -121,14 +121,14 @@ async fn a_stalled_master_failed_over_while_watching_leaves_the_cache_exact() {
 async fn watch_through_a_fail_over(stall: bool) {
     let _serial = SERIAL.lock().await;
     let set = tokio::task::block_in_place(SentinelSet::start);
-    let (cfg, watcher, change, old) = watching_the_first_changes(&set, "sentwatch").await;
+    let (cfg, watcher, tags, old) = watching_the_first_changes(&set, "sentwatch").await;
 
     // Changes keep coming while the master fails over.
     let during = {
-        let change = change.clone();
+        let tags = tags.clone();
         tokio::spawn(async move {
             for i in 5..40 {
-                change(i).await;
+                tags.insert(i).await;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         })
@@ -145,7 +145,7 @@ async fn watch_through_a_fail_over(stall: bool) {
     assert_ne!(new, old);
     during.await.unwrap();
     for i in 40..45 {
-        change(i).await;
+        tags.insert(i).await;
     }
     wait_exact_on(new, &cfg, "the watcher to follow the new master").await;
     watcher.stop().await;
@@ -164,12 +164,12 @@ async fn watch_through_a_fail_over(stall: bool) {
 async fn changes_acknowledged_by_a_master_that_dies_before_its_replica_has_them_are_restored() {
     let _serial = SERIAL.lock().await;
     let set = tokio::task::block_in_place(SentinelSet::start_unguarded);
-    let (cfg, watcher, change, old) = watching_the_first_changes(&set, "sentlost").await;
+    let (cfg, watcher, tags, old) = watching_the_first_changes(&set, "sentlost").await;
     wait_exact_on(set.replica.port, &cfg, "the replica to have them too").await;
 
     tokio::task::block_in_place(|| set.detach_replica());
     for i in 5..10 {
-        change(i).await;
+        tags.insert(i).await;
     }
     wait_exact_on(old, &cfg, "the old master to take the changes its replica cannot get").await;
     let on_replica = render_on(set.replica.port, &cfg).await;
@@ -181,7 +181,7 @@ async fn changes_acknowledged_by_a_master_that_dies_before_its_replica_has_them_
     });
     assert_eq!(new, set.replica.port);
     for i in 10..12 {
-        change(i).await;
+        tags.insert(i).await;
     }
     wait_exact_on(new, &cfg, "the watcher to restore the lost changes on the new master").await;
     let metrics = watcher.stop().await;
@@ -194,42 +194,40 @@ async fn changes_acknowledged_by_a_master_that_dies_before_its_replica_has_them_
 
 /// The edge-case fixtures, a watcher streaming them, and five tags
 /// inserted and applied on the master (whose port comes back).
-async fn watching_the_first_changes(
-    set: &SentinelSet,
-    name: &str,
-) -> (Config, common::watcher::Watcher, TagInserter, u16) {
+async fn watching_the_first_changes(set: &SentinelSet, name: &str) -> (Config, common::watcher::Watcher, Tags, u16) {
     let cfg = sentinel_config(set, &common::unique(name));
     common::load_fixtures(&cfg, &common::fixture_dir("edge-cases")).await;
     let watcher = common::watcher::start_streaming(&cfg).await;
-    let change = tag_inserter(&cfg).await;
+    let tags = Tags::connect(&cfg).await;
     for i in 0..5 {
-        change(i).await;
+        tags.insert(i).await;
     }
     let old = set.master_port();
     wait_exact_on(old, &cfg, "the watcher to apply the first changes").await;
-    (cfg, watcher, change, old)
+    (cfg, watcher, tags, old)
 }
 
-/// Inserts a numbered test tag and waits for MongoDB's answer.
-type TagInserter = std::sync::Arc<dyn Fn(usize) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+/// Inserts numbered test tags: each an active tag of an active category,
+/// under a name of its own prefix, so each insert writes search keys no
+/// later one rewrites, and a batch lost with an old master stays missing
+/// unless the watcher notices the fail-over.
+#[derive(Clone)]
+struct Tags(mongodb::Collection<mongodb::bson::Document>);
 
-/// Inserts the `i`th test tag: an active tag of an active category,
-/// under a name of its own prefix, so each change writes search keys no
-/// later change rewrites, and a batch lost with an old master stays
-/// missing unless the watcher notices the fail-over.
-async fn tag_inserter(cfg: &Config) -> TagInserter {
-    let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
-    let tags = source.database().collection::<mongodb::bson::Document>("Tag");
-    std::sync::Arc::new(move |i: usize| {
-        let tags = tags.clone();
-        Box::pin(async move {
-            let tag = mongodb::bson::doc! {
-                "_id": format!("sentinel-tag-{i}"), "name": format!("{i:02}x sentinel"),
-                "seq": i as i32, "categoryId": "c1", "status": 1,
-            };
-            tags.insert_one(tag).await.unwrap();
-        })
-    })
+impl Tags {
+    async fn connect(cfg: &Config) -> Tags {
+        let source = cachewright::source::Source::connect(&cfg.mongo()).await.unwrap();
+        Tags(source.database().collection("Tag"))
+    }
+
+    /// Inserts the `i`th tag and waits for MongoDB's answer.
+    async fn insert(&self, i: usize) {
+        let tag = mongodb::bson::doc! {
+            "_id": format!("sentinel-tag-{i}"), "name": format!("{i:02}x sentinel"),
+            "seq": i as i32, "categoryId": "c1", "status": 1,
+        };
+        self.0.insert_one(tag).await.unwrap();
+    }
 }
 
 /// The cache on the node at `port`, rendered as the tests compare it.

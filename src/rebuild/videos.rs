@@ -31,13 +31,17 @@ pub async fn read_videos(
 ) -> Result<(VideoTable, Intake), RunError> {
     let collection = mongo.collections.video.clone();
     // The estimate sizes the video table and the progress bar. It is
-    // counted beside the read rather than before it: a server without a
-    // count kept in its metadata (SecantusDB) scans the whole collection
-    // for it, 0.6 s at 500K videos on the benchmark machine.
-    let mut counting = Some({
+    // counted beside the read rather than before it, and only once the
+    // first chunk has come: a server without a count kept in its metadata
+    // (SecantusDB) scans the whole collection for it, 0.24 s at 500K
+    // videos on the benchmark machine, and a count beside the cursor's
+    // first reply delayed that reply by about 0.1 s (docs/BENCHMARKS.md,
+    // "eighth session"). Later, the server is mostly idle.
+    let mut start_count = Some({
         let (source, collection) = (source.clone(), collection.clone());
-        crate::tasks::spawn(async move { source.estimated_count(&collection).await })
+        move || crate::tasks::spawn(async move { source.estimated_count(&collection).await })
     });
+    let mut counting = None;
     let stage = progress.stage("reading videos", 0);
     let plan = source.plan_video_read(&collection, mongo.read_cursors).await?;
     plan.log(&collection);
@@ -73,6 +77,9 @@ pub async fn read_videos(
                 None => break,
             },
         };
+        if let Some(start) = start_count.take() {
+            counting = Some(start());
+        }
         let decoded = decoding.await?;
         ahead = raw_rx.try_recv().ok().map(decode);
         if let Some(count) = counting.take_if(|count| count.is_finished()) {

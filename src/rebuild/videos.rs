@@ -35,8 +35,9 @@ pub async fn read_videos(
     // first chunk has come: a server without a count kept in its metadata
     // (SecantusDB) scans the whole collection for it, 0.24 s at 500K
     // videos on the benchmark machine, and a count beside the cursor's
-    // first reply delayed that reply by about 0.1 s (docs/BENCHMARKS.md,
-    // "eighth session"). Later, the server is mostly idle.
+    // first reply delayed the first videos by about 0.2 s
+    // (docs/BENCHMARKS.md, "eighth session"). Later, the server is
+    // mostly idle. No chunk, no count: the total stays 0, as it is.
     let mut start_count = Some({
         let (source, collection) = (source.clone(), collection.clone());
         move || crate::tasks::spawn(async move { source.estimated_count(&collection).await })

@@ -38,11 +38,10 @@ pub async fn read_videos(
     // first reply delayed the first videos by about 0.2 s
     // (docs/BENCHMARKS.md, "eighth session"). Later, the server is
     // mostly idle. No chunk, no count: the total stays 0, as it is.
-    let mut start_count = Some({
+    let count = {
         let (source, collection) = (source.clone(), collection.clone());
         move || crate::tasks::spawn(async move { source.estimated_count(&collection).await })
-    });
-    let mut counting = None;
+    };
     let stage = progress.stage("reading videos", 0);
     let plan = source.plan_video_read(&collection, mongo.read_cursors).await?;
     plan.log(&collection);
@@ -68,7 +67,9 @@ pub async fn read_videos(
     // blocking pool while this one is admitted here: admitting keeps the
     // cursor's order (the first of repeated ids wins), decoding needs no
     // order, so the two overlap instead of taking turns.
-    let mut ahead = None;
+    let first = raw_rx.recv().await;
+    let mut counting = first.is_some().then(count);
+    let mut ahead = first.map(decode);
     let mut writer_alive = true;
     loop {
         let decoding = match ahead.take() {
@@ -78,9 +79,6 @@ pub async fn read_videos(
                 None => break,
             },
         };
-        if let Some(start) = start_count.take() {
-            counting = Some(start());
-        }
         let decoded = decoding.await?;
         ahead = raw_rx.try_recv().ok().map(decode);
         if let Some(count) = counting.take_if(|count| count.is_finished()) {

@@ -53,9 +53,11 @@ python3 -c "import json,sys; json.dump({'pipe_seconds': $end - $start}, open('$O
 grep -h "errors" "$OUT"/pipe-*.txt | grep -v "errors: 0," && die "redis-cli --pipe reported errors"
 flush
 # Readers: one client doing GETs of a small key (on the master that owns
-# it), idle and during a rebuild.
+# it), idle for two seconds and through the whole warm rebuild
+# (`cachewright-dev reader` stops when told; `redis-benchmark -n` stopped
+# after a count, about the rebuild's first second).
 READER_PORT=$(reader_port bench:reader "${PORTS[@]}")
-reader() { redis-benchmark -p "$READER_PORT" -c 1 -n "$1" -t get >"$2" 2>&1; }
+reader() { "${DEV[@]}" reader --addr "127.0.0.1:$READER_PORT" --key bench:reader --out "$@"; }
 cli() { redis-cli -p "$REDIS_PORT" "$@"; }
 # What a writer's atomic unit is: MULTI/EXEC on one node, a script per
 # master and batch (EVAL) on a cluster. Its latency histogram over every
@@ -79,12 +81,14 @@ histogram "$OUT/exec-empty.txt"
 percentiles "$OUT/percentiles-empty.txt"
 say "(c') full rebuild again, over its own keys (sweep path), with a reader"
 redis-cli -p "$READER_PORT" SET bench:reader value >/dev/null
-reader 20000 "$OUT/reader-idle.txt"
+reader "$OUT/reader-idle.json" --seconds 2
 resetstat
-reader 40000 "$OUT/reader-busy.txt" &
+rm -f "$OUT/rebuild-warm.done"
+reader "$OUT/reader-busy.json" --until-file "$OUT/rebuild-warm.done" &
 busy_reader=$!
 "$BIN" rebuild --summary-json "$OUT/rebuild-warm.json" >"$OUT/rebuild-warm.txt" 2>"$OUT/rebuild-warm.log"
-wait "$busy_reader"
+touch "$OUT/rebuild-warm.done"
+wait "$busy_reader" || die "the reader beside the warm rebuild failed"
 histogram "$OUT/exec-warm.txt"
 percentiles "$OUT/percentiles-warm.txt"
 
@@ -133,10 +137,6 @@ def exec_p99(path):
         seen += buckets[bucket]
         if seen >= 0.99 * calls:
             return f"<= {bucket / 1000:.2f} ms over {calls} {'transactions' if unit == 'exec' else 'scripts'}"
-def reader(path, q):
-    for line in open(path):
-        if "% <=" in line and float(line.split("%")[0]) >= q:
-            return float(line.split()[2])
 print(f"{unit.upper()} p99 (LATENCY HISTOGRAM) empty: {exec_p99(f'{out}/exec-empty.txt')}; warm: {exec_p99(f'{out}/exec-warm.txt')}")
 def percentiles(path, command=unit):
     # The worst master's p50, p99 and p99.9 (percentiles of several
@@ -157,9 +157,10 @@ for state in ["empty", "warm"]:
     print(f"  one command, {state:5} p99:  " + ", ".join(
         f"{c.upper()} {w.split('p99 ')[1].split(',')[0]}" for c, w in worst.items() if "p99 " in w))
 for name in ["idle", "busy"]:
-    f = f"{out}/reader-{name}.txt"
+    r = json.load(open(f"{out}/reader-{name}.json"))
     label = "idle" if name == "idle" else "during warm rebuild"
-    print(f"reader GET {label:20} p99 {reader(f, 99)} ms, p99.9 {reader(f, 99.9)} ms")
+    print(f"reader GET {label:20} p99 {r['p99_ms']:.2f} ms, p99.9 {r['p99_9_ms']:.2f} ms, max {r['max_ms']:.2f} ms"
+          f" ({r['requests']} requests in {r['seconds']:.1f} s)")
 print("keys per family:")
 for fam, n in sorted(p["keys_per_family"].items()):
     print(f"  {fam:26} {n:9}")

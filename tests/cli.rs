@@ -93,6 +93,45 @@ fn dev_tools_refuse_existing_data_without_yes() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
+/// The benchmark's reader times `GET`s against a real Redis until its
+/// file appears (checked every 256 requests) or its time is up, and
+/// reports percentiles that are ordered and in milliseconds.
+#[test]
+fn the_dev_reader_times_gets_until_told_to_stop() {
+    let s = common::shared();
+    let key = common::unique("reader");
+    let addr = format!("127.0.0.1:{}", s.redis.port);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut conn = common::redis_conn(&s.redis.url()).await;
+        let _: () = redis::cmd("SET").arg(&key).arg("a value").query_async(&mut conn).await.unwrap();
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let stop = dir.path().join("stop");
+    std::fs::write(&stop, "").unwrap();
+    let stop = stop.to_str().unwrap();
+    let report = |args: &[&str]| -> serde_json::Value {
+        let out = cachewright_dev(&[&["reader", "--addr", &addr][..], args].concat(), &[]);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("one JSON object")
+    };
+    // The file is there before the first check: one round of requests.
+    let once = report(&["--key", &key, "--until-file", stop]);
+    assert_eq!(once["requests"], 256, "{once}");
+    // A key that is missing reads as nil, which the reader takes too.
+    let timed = report(&["--key", &format!("{key}-missing"), "--seconds", "0.3"]);
+    assert!(timed["requests"].as_u64().unwrap() >= 256, "{timed}");
+    assert!(timed["seconds"].as_f64().unwrap() >= 0.3, "{timed}");
+    for r in [&once, &timed] {
+        let ms: Vec<f64> = ["p50_ms", "p99_ms", "p99_9_ms", "max_ms"].iter().map(|f| r[f].as_f64().unwrap()).collect();
+        assert!(ms[0] > 0.0 && ms.windows(2).all(|w| w[0] <= w[1]), "ordered percentiles: {r}");
+        assert!(ms[3] < 30_000.0, "milliseconds, not nanoseconds: {r}");
+    }
+    let refused = cachewright_dev(&["reader", "--addr", "127.0.0.1:1", "--key", "k", "--seconds", "1"], &[]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(text(&refused.stderr).contains("reading k from 127.0.0.1:1 failed"), "{}", text(&refused.stderr));
+}
+
 #[test]
 fn keys_prints_the_registry_in_three_formats() {
     let out = cachewright(&["keys", "--format", "json"], &[]);

@@ -42,6 +42,9 @@ enum Command {
     Bench(BenchArgs),
     /// Print the README's settings tables, generated from the declarations
     ReadmeTables,
+    /// Time one client's GETs of a key until a file appears or for a while, and print their
+    /// percentiles as JSON (the reader beside scripts/bench.sh's warm rebuild)
+    Reader(ReaderArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -117,6 +120,26 @@ struct BenchArgs {
     resp_dir: Option<PathBuf>,
 }
 
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("until").required(true).args(["until_file", "seconds"])))]
+struct ReaderArgs {
+    /// The Redis node to read from, host:port
+    #[arg(long, default_value = "127.0.0.1:6379")]
+    addr: String,
+    /// The key to GET (set it first: the reader reads, never writes)
+    #[arg(long)]
+    key: String,
+    /// Stop once this file exists
+    #[arg(long, value_name = "PATH")]
+    until_file: Option<PathBuf>,
+    /// Stop after this many seconds
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Where to write the JSON result (stdout when absent)
+    #[arg(long, value_name = "PATH")]
+    out: Option<PathBuf>,
+}
+
 const EXIT_REFUSED: u8 = 4;
 
 fn main() -> ExitCode {
@@ -156,13 +179,39 @@ async fn run(cli: &Cli) -> DevResult<()> {
         print!("{}\n{}", cachewright::config::markdown_table(), cachewright::cli::serve_settings_table());
         return Ok(());
     }
+    // Needs no configuration: it talks to the one node it is given.
+    if let Command::Reader(args) = &cli.command {
+        return reader(args).await;
+    }
     let cfg = cli.global.load_config()?;
     match &cli.command {
         Command::Fixtures(FixturesCommand::Generate(args)) => generate(&cfg, args).await,
         Command::Fixtures(FixturesCommand::Load(args)) => load(&cfg, args).await,
         Command::Bench(args) => bench(&cfg, args).await,
-        Command::ReadmeTables => Ok(()),
+        Command::ReadmeTables | Command::Reader(_) => Ok(()),
     }
+}
+
+async fn reader(args: &ReaderArgs) -> DevResult<()> {
+    let (addr, key) = (args.addr.clone(), args.key.clone());
+    let (file, seconds) = (args.until_file.clone(), args.seconds);
+    // A blocking loop on a thread of its own: each request is timed from
+    // its send to its reply, with no runtime in between.
+    let report = tokio::task::spawn_blocking(move || {
+        let until = match (&file, seconds) {
+            (Some(path), _) => dev::reader::Until::File(path),
+            (None, s) => dev::reader::Until::Elapsed(std::time::Duration::from_secs_f64(s.unwrap_or(1.0).max(0.0))),
+        };
+        dev::reader::read_until(&addr, &key, until)
+    })
+    .await?
+    .map_err(|e| format!("reading {} from {} failed: {e}", args.key, args.addr))?;
+    let json = serde_json::to_string(&report)?;
+    match &args.out {
+        Some(path) => std::fs::write(path, json + "\n")?,
+        None => println!("{json}"),
+    }
+    Ok(())
 }
 
 async fn generate(cfg: &cachewright::config::Config, args: &GenerateArgs) -> DevResult<()> {

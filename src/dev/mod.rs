@@ -12,6 +12,7 @@ pub mod change_mix;
 pub mod fixtures;
 pub mod generate;
 pub mod hold;
+pub mod reader;
 
 use crate::config::Config;
 

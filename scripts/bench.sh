@@ -86,6 +86,9 @@ resetstat
 rm -f "$OUT/rebuild-warm.done"
 reader "$OUT/reader-busy.json" --until-file "$OUT/rebuild-warm.done" &
 busy_reader=$!
+# Whatever ends the script (a failed rebuild under `set -e`), the reader
+# stops with it: a client left reading would slow every later run.
+trap 'touch "$OUT/rebuild-warm.done"' EXIT
 "$BIN" rebuild --summary-json "$OUT/rebuild-warm.json" >"$OUT/rebuild-warm.txt" 2>"$OUT/rebuild-warm.log"
 touch "$OUT/rebuild-warm.done"
 wait "$busy_reader" || die "the reader beside the warm rebuild failed"

@@ -193,14 +193,21 @@ async fn run(cli: &Cli) -> DevResult<()> {
 }
 
 async fn reader(args: &ReaderArgs) -> DevResult<()> {
-    let (addr, key) = (args.addr.clone(), args.key.clone());
-    let (file, seconds) = (args.until_file.clone(), args.seconds);
+    let (addr, key, file) = (args.addr.clone(), args.key.clone(), args.until_file.clone());
+    // clap requires exactly one of the two.
+    let limit = match args.seconds {
+        Some(s) => Some(
+            std::time::Duration::try_from_secs_f64(s)
+                .map_err(|_| format!("--seconds {s}: give a number of seconds"))?,
+        ),
+        None => None,
+    };
     // A blocking loop on a thread of its own: each request is timed from
     // its send to its reply, with no runtime in between.
     let report = tokio::task::spawn_blocking(move || {
-        let until = match (&file, seconds) {
+        let until = match (&file, limit) {
             (Some(path), _) => dev::reader::Until::File(path),
-            (None, s) => dev::reader::Until::Elapsed(std::time::Duration::from_secs_f64(s.unwrap_or(1.0).max(0.0))),
+            (None, limit) => dev::reader::Until::Elapsed(limit.unwrap_or_default()),
         };
         dev::reader::read_until(&addr, &key, until)
     })
